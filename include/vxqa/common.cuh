@@ -1,0 +1,61 @@
+// vxqa/common.cuh — the few macros and types every layer shares.
+//
+// Three kinds of translation unit include vxqa headers:
+//   - nvcc (.cu): host and device code;
+//   - a plain host compiler (g++ .cpp): the numeric, paged and reference layers only, so the
+//     host-side math is tested without nvcc (VXQA_HD expands to `inline`);
+//   - NVRTC (the CUDA 12.8 sm_70 audit): device code only, no host standard library, so the
+//     fixed-width integer types come from libcu++ there.
+#pragma once
+
+#if defined(__CUDACC_RTC__)
+#include <cuda/std/cstdint>
+typedef cuda::std::int8_t int8_t;
+typedef cuda::std::uint8_t uint8_t;
+typedef cuda::std::int16_t int16_t;
+typedef cuda::std::uint16_t uint16_t;
+typedef cuda::std::int32_t int32_t;
+typedef cuda::std::uint32_t uint32_t;
+typedef cuda::std::int64_t int64_t;
+typedef cuda::std::uint64_t uint64_t;
+#else
+#include <cstdint>
+#include <cstring>
+#endif
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define VXQA_HD __host__ __device__ __forceinline__
+#define VXQA_DEVICE __device__ __forceinline__
+#define VXQA_IS_CUDA_COMPILER 1
+#else
+#define VXQA_HD inline
+#define VXQA_IS_CUDA_COMPILER 0
+#endif
+
+namespace vxqa {
+
+// A false that depends on a template parameter: lets a primary template fail with one
+// readable static_assert message instead of a wall of overload errors.
+template <class...>
+inline constexpr bool dependent_false = false;
+template <int...>
+inline constexpr bool dependent_false_value = false;
+
+// Reinterprets the bits of a trivially copyable value (std::bit_cast is C++20).
+template <class To, class From>
+VXQA_HD To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast: sizes differ");
+#if defined(__CUDACC_RTC__)
+  To to;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(&from);
+  unsigned char* dst = reinterpret_cast<unsigned char*>(&to);
+  for (unsigned i = 0; i < sizeof(To); ++i) dst[i] = src[i];
+  return to;
+#else
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+#endif
+}
+
+}  // namespace vxqa
