@@ -19,6 +19,7 @@ typedef cuda::std::uint32_t uint32_t;
 typedef cuda::std::int64_t int64_t;
 typedef cuda::std::uint64_t uint64_t;
 #else
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #endif
@@ -45,17 +46,12 @@ inline constexpr bool dependent_false_value = false;
 template <class To, class From>
 VXQA_HD To bit_cast(const From& from) {
   static_assert(sizeof(To) == sizeof(From), "bit_cast: sizes differ");
-#if defined(__CUDACC_RTC__)
   To to;
-  const unsigned char* src = reinterpret_cast<const unsigned char*>(&from);
-  unsigned char* dst = reinterpret_cast<unsigned char*>(&to);
-  for (unsigned i = 0; i < sizeof(To); ++i) dst[i] = src[i];
+  memcpy(&to, &from, sizeof(To));  // NVRTC declares memcpy itself; compilers fold it away
   return to;
-#else
-  To to;
-  std::memcpy(&to, &from, sizeof(To));
-  return to;
-#endif
 }
+
+// -infinity, spelled so that host compilers, nvcc and NVRTC all accept it.
+VXQA_HD float negative_infinity() { return bit_cast<float>(0xff800000u); }
 
 }  // namespace vxqa

@@ -1,0 +1,124 @@
+// vxqa/api/decode.cuh — plan once, then launch a decode step on a stream.
+//
+//   DecodePlan plan;
+//   make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group, sm_count, &plan);
+//   cudaMalloc(&ws, plan.workspace_bytes);
+//   decode<Config>(params, plan, ws, plan.workspace_bytes, stream);   // every step
+//
+// decode() checks the parameters (validate), then enqueues: a memset of the error word,
+// the decode kernel and, with more than one chunk, the combine kernel. It never
+// synchronises and never reads device memory, so it can be captured in a CUDA graph.
+#pragma once
+#include <cuda_runtime.h>
+#include <vxqa/api/params.cuh>
+#include <vxqa/api/validate.cuh>
+#include <vxqa/kernel/combine_kernel.cuh>
+#include <vxqa/kernel/config.cuh>
+#include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/kernel/decode_kernel.cuh>
+#include <vxqa/kernel/split_plan.cuh>
+
+namespace vxqa {
+
+// chunk_tokens = 0 picks one: enough CTAs at full capacity for about 4 per SM.
+template <class Config>
+Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
+                        int sm_count, DecodePlan* plan, int chunk_tokens = 0) {
+  if (!plan) return Status::invalid("plan", "is null");
+  if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
+  if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
+  if (num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
+  if (group_size < 1 || group_size > Config::kMaxGroup)
+    return Status::invalid("group_size", "must be in 1.." + std::to_string(Config::kMaxGroup));
+  if (sm_count < 1) return Status::invalid("sm_count", "must be >= 1");
+  if (chunk_tokens < 0 || chunk_tokens % Config::kCtaTokens != 0)
+    return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
+                                               std::to_string(Config::kCtaTokens));
+  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  DecodePlan p;
+  p.max_batch = max_batch;
+  p.max_context = max_context;
+  p.num_kv_heads = num_kv_heads;
+  p.group_size = group_size;
+  p.chunk_tokens = chunk_tokens ? chunk_tokens
+                                : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
+                                                      Config::kCtaTokens, 4 * sm_count);
+  p.num_chunks = (max_context + p.chunk_tokens - 1) / p.chunk_tokens;
+  p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
+                                           Config::kHeadDim);
+  *plan = p;
+  return Status();
+}
+
+// The kernels' view of one step (no checks: decode() validates first).
+template <class Config>
+DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan, void* workspace) {
+  DecodeKernelArgs a{};
+  a.q = static_cast<const __half*>(p.q);
+  a.q_batch_stride = p.q_batch_stride;
+  a.q_head_stride = p.q_head_stride;
+  a.out = static_cast<__half*>(p.out);
+  a.out_batch_stride = p.out_batch_stride;
+  a.out_head_stride = p.out_head_stride;
+  a.lse = p.lse;
+  a.kv = PagedKvLayout{p.k_cache,     p.v_cache,     p.page_stride,       p.token_stride,
+                       p.head_stride, p.block_table, p.block_table_stride};
+  a.page_size = p.page_size;
+  a.max_pages_per_seq = p.max_pages_per_seq;
+  a.seq_lens = p.seq_lens;
+  a.batch = p.batch;
+  a.num_kv_heads = p.num_kv_heads;
+  a.group_size = p.group_size;
+  a.m_tiles = (p.group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  a.max_context = plan.max_context;
+  a.chunk_tokens = plan.chunk_tokens;
+  a.num_chunks = plan.num_chunks;
+  a.qk_scale_log2 = p.softmax_scale * p.k_scale * 1.4426950408889634f;
+  a.v_scale = p.v_scale;
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  const size_t slots = size_t(plan.max_batch) * p.num_kv_heads * p.group_size * plan.num_chunks;
+  a.errors = reinterpret_cast<uint32_t*>(ws);
+  a.partial_lse = reinterpret_cast<float*>(ws + 256);
+  a.partial_o = reinterpret_cast<float*>(ws + 256 + (slots * 4 + 255) / 256 * 256);
+  return a;
+}
+
+template <class Config>
+Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
+              size_t workspace_bytes, cudaStream_t stream) {
+  const Status status = validate<Config>(params, plan, workspace, workspace_bytes);
+  if (!status.ok()) return status;
+  const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
+
+  cudaError_t err = cudaFuncSetAttribute(decode_kernel<Config>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Config::kSmemBytes);
+  if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
+  err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
+  if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
+
+  const dim3 grid(plan.num_chunks, params.num_kv_heads * args.m_tiles, plan.max_batch);
+  decode_kernel<Config><<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(args);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
+  if (plan.num_chunks > 1) {
+    const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch);
+    combine_kernel<Config::kHeadDim><<<combine_grid, kCombineThreads, 0, stream>>>(args);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return Status::cuda("combine_kernel launch", cudaGetErrorString(err));
+  }
+  return Status();
+}
+
+// Reads the error bits the last decode() on `stream` left (DecodeError). This one call
+// synchronises the stream: use it in tests and checks, not in the serving loop.
+inline Status read_decode_errors(const void* workspace, cudaStream_t stream, uint32_t* errors) {
+  const cudaError_t err = cudaMemcpyAsync(errors, workspace, sizeof(uint32_t),
+                                          cudaMemcpyDeviceToHost, stream);
+  if (err != cudaSuccess) return Status::cuda("cudaMemcpyAsync", cudaGetErrorString(err));
+  const cudaError_t sync = cudaStreamSynchronize(stream);
+  if (sync != cudaSuccess) return Status::cuda("cudaStreamSynchronize", cudaGetErrorString(sync));
+  return Status();
+}
+
+}  // namespace vxqa

@@ -1,0 +1,67 @@
+// vxqa/api/params.cuh — what a user passes for one decode step, and what comes back.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace vxqa {
+
+// One decode step of a GQA model over a paged KV cache. All pointers are device pointers;
+// the host never dereferences any of them.
+struct DecodeParams {
+  // q: fp16 [batch, Hq, D], Hq = num_kv_heads * group_size; query head h uses KV head h / G.
+  const void* q = nullptr;
+  int64_t q_batch_stride = 0, q_head_stride = 0;  // elements; D is contiguous
+  // out: fp16 [batch, Hq, D]; lse: optional fp32 [batch, Hq] (natural log), contiguous.
+  void* out = nullptr;
+  int64_t out_batch_stride = 0, out_head_stride = 0;
+  float* lse = nullptr;
+
+  // Cache: logical [num_pages, page_size, Hkv, D] (vLLM NHD), any strides (elements),
+  // K and V as two pointers sharing the strides. 1-byte E5M2 or 2-byte fp16 elements.
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  int page_size = 0;
+  // block_table: int32 [batch, max_pages_per_seq] with a row stride (elements).
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  int max_pages_per_seq = 0;
+  // seq_lens: int32 [batch], read by the kernel only (CUDA-graph safe).
+  const int32_t* seq_lens = nullptr;
+
+  int batch = 0;
+  int num_kv_heads = 0;
+  int group_size = 0;
+  int head_dim = 0;
+  float k_scale = 1.f;  // real K = stored K * k_scale
+  float v_scale = 1.f;
+  float softmax_scale = 0.f;
+};
+
+enum class StatusCode { kOk, kInvalidArgument, kCudaError };
+
+class Status {
+ public:
+  Status() = default;
+  static Status invalid(std::string field, std::string why) {
+    return Status(StatusCode::kInvalidArgument, std::move(field), std::move(why));
+  }
+  static Status cuda(std::string what, std::string why) {
+    return Status(StatusCode::kCudaError, std::move(what), std::move(why));
+  }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  // The offending field (e.g. "page_size"), empty when ok.
+  const std::string& field() const { return field_; }
+  // "field: why", empty when ok.
+  std::string message() const { return ok() ? std::string() : field_ + ": " + why_; }
+
+ private:
+  Status(StatusCode code, std::string field, std::string why)
+      : code_(code), field_(std::move(field)), why_(std::move(why)) {}
+  StatusCode code_ = StatusCode::kOk;
+  std::string field_, why_;
+};
+
+}  // namespace vxqa

@@ -1,0 +1,122 @@
+// vxqa/api/validate.cuh — every check of a decode step that the host can make without
+// touching device memory, each naming the field at fault. Lengths live on the device:
+// pass a host copy to have them checked here too; the kernel checks them regardless
+// (a bad one sets an error bit and yields NaN for that sequence, never a silent answer).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vxqa/api/params.cuh>
+#include <vxqa/kernel/config.cuh>
+#include <vxqa/kernel/split_plan.cuh>
+#include <vxqa/numeric/fast_divmod.cuh>
+
+namespace vxqa {
+namespace detail {
+
+inline bool aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+inline std::string str(long long v) { return std::to_string(v); }
+
+}  // namespace detail
+
+// Checks a plan against the Config it will launch.
+template <class Config>
+Status validate_plan(const DecodePlan& plan) {
+  if (plan.max_batch < 1) return Status::invalid("plan.max_batch", "must be >= 1");
+  if (plan.max_context < 1) return Status::invalid("plan.max_context", "must be >= 1");
+  if (plan.chunk_tokens < Config::kCtaTokens || plan.chunk_tokens % Config::kCtaTokens != 0)
+    return Status::invalid("plan.chunk_tokens", "must be a positive multiple of " +
+                                                    detail::str(Config::kCtaTokens) + " for this Config");
+  if (plan.num_chunks != (plan.max_context + plan.chunk_tokens - 1) / plan.chunk_tokens)
+    return Status::invalid("plan.num_chunks", "does not match max_context / chunk_tokens");
+  return Status();
+}
+
+template <class Config>
+Status validate(const DecodeParams& p, const DecodePlan& plan, const void* workspace,
+                size_t workspace_bytes, const int32_t* host_seq_lens = nullptr) {
+  using detail::aligned;
+  using detail::str;
+  const Status plan_status = validate_plan<Config>(plan);
+  if (!plan_status.ok()) return plan_status;
+
+  // Shapes against the Config and the plan.
+  if (p.head_dim != Config::kHeadDim)
+    return Status::invalid("head_dim", str(p.head_dim) + " does not match the Config's " +
+                                           str(Config::kHeadDim));
+  if (p.group_size < 1 || p.group_size > Config::kMaxGroup)
+    return Status::invalid("group_size", str(p.group_size) + " is outside 1.." + str(Config::kMaxGroup));
+  if (p.group_size != plan.group_size)
+    return Status::invalid("group_size", "differs from the plan's " + str(plan.group_size));
+  if (p.num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
+  if (p.num_kv_heads != plan.num_kv_heads)
+    return Status::invalid("num_kv_heads", "differs from the plan's " + str(plan.num_kv_heads));
+  if (p.batch < 1 || p.batch > plan.max_batch)
+    return Status::invalid("batch", str(p.batch) + " is outside 1..plan.max_batch (" + str(plan.max_batch) + ")");
+  if (p.page_size < 1) return Status::invalid("page_size", "must be >= 1");
+  if (!PageSize<Config::kPageSize>::matches(p.page_size))
+    return Status::invalid("page_size", str(p.page_size) + " does not match the Config's compile-time " +
+                                            str(Config::kPageSize));
+
+  // Pointers: all needed but lse; 16-byte loads need 16-byte aligned rows.
+  const int eb = Config::kElemBytes;
+  if (!p.q) return Status::invalid("q", "is null");
+  if (!aligned(p.q, 16)) return Status::invalid("q", "must be 16-byte aligned");
+  if ((p.q_head_stride * 2) % 16 || (p.q_batch_stride * 2) % 16)
+    return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (strides multiple of 8)");
+  if (p.q_head_stride < Config::kHeadDim)
+    return Status::invalid("q_head_stride", "is smaller than head_dim");
+  if (!p.out) return Status::invalid("out", "is null");
+  if (!aligned(p.out, 2)) return Status::invalid("out", "must be 2-byte aligned");
+  if (p.out_head_stride < Config::kHeadDim)
+    return Status::invalid("out_head_stride", "is smaller than head_dim");
+  if (p.lse && !aligned(p.lse, 4)) return Status::invalid("lse", "must be 4-byte aligned");
+  if (!p.k_cache) return Status::invalid("k_cache", "is null");
+  if (!p.v_cache) return Status::invalid("v_cache", "is null");
+  if (!aligned(p.k_cache, 16)) return Status::invalid("k_cache", "must be 16-byte aligned");
+  if (!aligned(p.v_cache, 16)) return Status::invalid("v_cache", "must be 16-byte aligned");
+  if ((p.page_stride * eb) % 16) return Status::invalid("page_stride", "must be a multiple of 16 bytes");
+  if ((p.token_stride * eb) % 16) return Status::invalid("token_stride", "must be a multiple of 16 bytes");
+  if ((p.head_stride * eb) % 16) return Status::invalid("head_stride", "must be a multiple of 16 bytes");
+  if (!p.block_table) return Status::invalid("block_table", "is null");
+  if (!aligned(p.block_table, 4)) return Status::invalid("block_table", "must be 4-byte aligned");
+  if (p.max_pages_per_seq < 1) return Status::invalid("max_pages_per_seq", "must be >= 1");
+  if (p.batch > 1 && p.block_table_stride < p.max_pages_per_seq)
+    return Status::invalid("block_table_stride", "is smaller than max_pages_per_seq");
+  if (int64_t(p.max_pages_per_seq) * p.page_size < plan.max_context)
+    return Status::invalid("max_pages_per_seq",
+                           "block table too short: " + str(p.max_pages_per_seq) + " pages of " +
+                               str(p.page_size) + " tokens hold less than plan.max_context (" +
+                               str(plan.max_context) + ")");
+  if (!p.seq_lens) return Status::invalid("seq_lens", "is null");
+  if (!aligned(p.seq_lens, 4)) return Status::invalid("seq_lens", "must be 4-byte aligned");
+
+  // Scales.
+  if (!std::isfinite(p.k_scale) || p.k_scale <= 0.f) return Status::invalid("k_scale", "must be finite and > 0");
+  if (!std::isfinite(p.v_scale) || p.v_scale <= 0.f) return Status::invalid("v_scale", "must be finite and > 0");
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.f)
+    return Status::invalid("softmax_scale", "must be finite and > 0");
+
+  // Workspace.
+  if (!workspace) return Status::invalid("workspace", "is null");
+  if (!aligned(workspace, 256)) return Status::invalid("workspace", "must be 256-byte aligned");
+  if (workspace_bytes < plan.workspace_bytes)
+    return Status::invalid("workspace_bytes", str(static_cast<long long>(workspace_bytes)) +
+                                                  " is less than the plan's " +
+                                                  str(static_cast<long long>(plan.workspace_bytes)));
+
+  if (host_seq_lens) {
+    for (int b = 0; b < p.batch; ++b) {
+      const int len = host_seq_lens[b];
+      if (len < 0) return Status::invalid("seq_lens", "seq_lens[" + str(b) + "] = " + str(len) + " is negative");
+      if (len > plan.max_context)
+        return Status::invalid("seq_lens", "seq_lens[" + str(b) + "] = " + str(len) +
+                                               " is above plan.max_context (" + str(plan.max_context) + ")");
+    }
+  }
+  return Status();
+}
+
+}  // namespace vxqa

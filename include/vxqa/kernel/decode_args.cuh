@@ -1,0 +1,50 @@
+// vxqa/kernel/decode_args.cuh — what the decode and combine kernels receive (by value).
+// Filled by the host API from DecodeParams and a DecodePlan; no host-side types in here.
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/common.cuh>
+#include <vxqa/paged/paged_kv.cuh>
+
+namespace vxqa {
+
+// Bits the kernels set in the workspace's error word.
+enum DecodeError : uint32_t {
+  kDecodeErrorBadLength = 1u,  // a length < 0, above max_context or past the block table
+};
+
+struct DecodeKernelArgs {
+  const __half* q;  // [B, Hq, D]
+  int64_t q_batch_stride, q_head_stride;  // elements
+  __half* out;      // [B, Hq, D]
+  int64_t out_batch_stride, out_head_stride;
+  float* lse;       // [B, Hq] or null
+
+  PagedKvLayout kv;
+  int page_size;
+  int max_pages_per_seq;
+  const int32_t* seq_lens;  // [B], device
+
+  int batch;
+  int num_kv_heads;
+  int group_size;
+  int m_tiles;  // ceil(group_size / 8)
+
+  int max_context;   // capacity the grid was planned for
+  int chunk_tokens;  // split-KV chunk, aligned to absolute token positions
+  int num_chunks;    // ceil(max_context / chunk_tokens); 1 = no combine
+
+  float qk_scale_log2;  // softmax_scale * k_scale * log2(e)
+  float v_scale;
+
+  float* partial_o;    // [max_batch, Hq, num_chunks, D], O of a chunk divided by its sum
+  float* partial_lse;  // [max_batch, Hq, num_chunks], base-2 log-sum-exp of a chunk
+  uint32_t* errors;    // DecodeError bits
+};
+
+// A length the kernels may use; anything else is flagged and yields NaN outputs.
+VXQA_HD bool length_is_valid(int len, const DecodeKernelArgs& a) {
+  return len >= 0 && len <= a.max_context &&
+         int64_t(len) <= int64_t(a.max_pages_per_seq) * a.page_size;
+}
+
+}  // namespace vxqa

@@ -1,0 +1,256 @@
+// vxqa/kernel/decode_kernel.cuh — the decode kernel, composed from the pieces by one Config.
+//
+// One CTA = one (split chunk, KV head x M tile, sequence). Its warps take the chunk's
+// 32-token tiles in turn; each warp streams K and V pieces global -> registers -> its own
+// shared-memory tile (so the main loop has no CTA-wide barrier), runs QK, the online
+// softmax and PV on mma.m8n8k4, and the warps merge (m, l, O) once at the end. With one
+// chunk the CTA writes O (and LSE) itself; otherwise it writes the chunk's partial and
+// combine_kernel merges the chunks.
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/common.cuh>
+#include <vxqa/kernel/config.cuh>
+#include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/mma/fragments.cuh>
+#include <vxqa/mma/pv_consumer.cuh>
+#include <vxqa/mma/qk_consumer.cuh>
+#include <vxqa/paged/paged_kv.cuh>
+#include <vxqa/pipeline/register_staged_load.cuh>
+#include <vxqa/pipeline/smem_layout.cuh>
+#include <vxqa/pipeline/smem_publisher.cuh>
+#include <vxqa/softmax/online_softmax.cuh>
+
+namespace vxqa {
+
+#if VXQA_IS_CUDA_COMPILER
+template <class Config>
+struct DecodeCta {
+  using Geometry = typename Config::Geometry;
+  using Piece = pipeline::RegisterPiece<Geometry, Config::kPieceTokens>;
+  using Publisher = pipeline::SmemPublisher<Geometry>;
+  using Qk = mma::QkConsumer<Geometry>;
+  using Pv = mma::PvConsumer<Geometry>;
+  using QLayout = pipeline::QTileLayout<Config::kHeadDim>;
+  using Sequence = PagedKvSequence<Config::kPageSize, Config::kElemBytes>;
+  static constexpr int kD = Config::kHeadDim;
+  static constexpr int kTileTokens = Geometry::kTokens;
+  static constexpr int kPieces = Config::kPiecesPerTile;  // per K (and per V) tile
+  static constexpr int kStages = Config::kStages;
+
+  // The tiles of this warp inside [begin, end): tile j starts at begin + (warp + j*W) * 32.
+  struct WarpTiles {
+    int begin, end, warp, count;
+    VXQA_DEVICE int start(int j) const { return begin + (warp + j * Config::kWarps) * kTileTokens; }
+    VXQA_DEVICE int valid_rows(int j) const {
+      if (j >= count) return 0;
+      const int n = end - start(j);
+      return n < kTileTokens ? n : kTileTokens;
+    }
+    // Byte offset of this lane's token row of tile j (0 where there is none: the block
+    // table past a sequence's last page is never read).
+    VXQA_DEVICE int64_t lane_row_offset(const Sequence& seq, int j) const {
+      const int lane = threadIdx.x & 31;
+      return lane < valid_rows(j) ? seq.row_offset(uint32_t(start(j) + lane)) : 0;
+    }
+  };
+
+  VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
+    const int chunk = blockIdx.x, seq_index = blockIdx.z;
+    const int kv_head = blockIdx.y / a.m_tiles, m_tile = blockIdx.y % a.m_tiles;
+    if (seq_index >= a.batch) return;
+    const int head0 = m_tile * 8;
+    const int heads = min(8, a.group_size - head0);
+    const int q_head0 = kv_head * a.group_size + head0;
+    const bool single_chunk = a.num_chunks == 1;
+
+    const int len = a.seq_lens[seq_index];
+    if (!length_is_valid(len, a)) {
+      if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
+      if (single_chunk) write_nan(a, seq_index, q_head0, heads);
+      return;  // with several chunks, the combine writes the NaNs
+    }
+    const int begin = chunk * a.chunk_tokens;
+    const int end = min(begin + a.chunk_tokens, len);
+    if (!single_chunk && begin >= len) return;  // no work: the combine never reads it
+
+    uint8_t* q_tile = smem;
+    load_q(a, seq_index, q_head0, heads, q_tile);
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint8_t* warp_area = smem + Config::kQBytes + warp * Config::kWarpBytes;
+    auto* tile_storage = reinterpret_cast<typename Publisher::TempStorage*>(warp_area);
+    uint8_t* s_tile = warp_area + Config::kWarpScoreOffset;
+    uint8_t* p_tile = warp_area + Config::kWarpProbOffset;
+    float* alpha = reinterpret_cast<float*>(warp_area + Config::kWarpAlphaOffset);
+
+    WarpTiles tiles{begin, end, warp, 0};
+    const int cta_tiles = end > begin ? (end - begin + kTileTokens - 1) / kTileTokens : 0;
+    tiles.count = cta_tiles > warp ? (cta_tiles - warp + Config::kWarps - 1) / Config::kWarps : 0;
+
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, a.page_size);
+    const Sequence seq = view.sequence(seq_index, kv_head);
+
+    softmax::RowState row = softmax::empty_row();
+    float o[Pv::kNBlocks][8];
+#pragma unroll
+    for (int n = 0; n < Pv::kNBlocks; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[n][i] = 0.f;
+
+    if (tiles.count > 0) {
+      Publisher publisher(*tile_storage);
+      Piece staged[kStages];
+      int64_t offset_this = tiles.lane_row_offset(seq, 0);
+      int64_t offset_next = tiles.lane_row_offset(seq, 1);
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) load_piece(staged[s], a, tiles, s, 0, offset_this);
+
+      for (int j = 0; j < tiles.count; ++j) {
+        // K pieces of tile j, then QK and softmax; V pieces, then PV. After publishing a
+        // stage, the same registers load the piece kStages further down the stream.
+#pragma unroll
+        for (int k = 0; k < 2 * kPieces; ++k) {
+          if (k == 0 || k == kPieces) publisher.wait_readers();
+          Piece& piece = staged[k % kStages];
+          if (k < kPieces) {
+            publisher.store_k(piece, k * Config::kPieceTokens);
+          } else {
+            publisher.store_v(piece, (k - kPieces) * Config::kPieceTokens);
+          }
+          const int ahead = k + kStages;  // stream position of the refill
+          if (ahead < 2 * kPieces) {
+            load_piece(piece, a, tiles, ahead, j, offset_this);
+          } else {
+            load_piece(piece, a, tiles, ahead - 2 * kPieces, j + 1, offset_next);
+          }
+          if (k == kPieces - 1) {
+            publisher.publish();
+            float s[8];
+            Qk::run(q_tile, publisher.tile, s);
+            store_scores(s, tiles.start(j), end, a.qk_scale_log2, s_tile);
+            __syncwarp();
+            row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
+            __syncwarp();
+          }
+        }
+        publisher.publish();
+        rescale(o, alpha);
+        Pv::run(p_tile, publisher.tile, o);
+        offset_this = offset_next;
+        offset_next = tiles.lane_row_offset(seq, j + 2);
+      }
+    }
+
+    __syncthreads();  // every warp is done with its tile: reuse it for the merge
+    float* merge_o = reinterpret_cast<float*>(warp_area);
+    float* merge_ml = reinterpret_cast<float*>(s_tile);
+#pragma unroll
+    for (int n = 0; n < Pv::kNBlocks; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) merge_o[mma::c_row(lane, i) * kD + Pv::c_dim(lane, n, i)] = o[n][i];
+    if ((lane & 3) == 0) {
+      merge_ml[lane >> 2] = row.m;
+      merge_ml[8 + (lane >> 2)] = row.l;
+    }
+    __syncthreads();
+    merge_and_write(a, smem, seq_index, q_head0, heads, chunk);
+  }
+
+  // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
+  VXQA_DEVICE static void load_piece(Piece& piece, const DecodeKernelArgs& a, const WarpTiles& tiles,
+                                     int k, int j, int64_t lane_row_offset) {
+    // Row offsets are from the cache bases (the KV head's offset included).
+    const uint8_t* base = static_cast<const uint8_t*>(k < kPieces ? a.kv.k : a.kv.v);
+    piece.load(base, lane_row_offset, (k % kPieces) * Config::kPieceTokens, tiles.valid_rows(j));
+  }
+
+  VXQA_DEVICE static void load_q(const DecodeKernelArgs& a, int seq_index, int q_head0, int heads,
+                                 uint8_t* q_tile) {
+    constexpr int kPiecesPerRow = kD / 8;  // 16-byte pieces of 8 halves
+    for (int i = threadIdx.x; i < 8 * kPiecesPerRow; i += Config::kThreads) {
+      const int head = i / kPiecesPerRow, dim = (i % kPiecesPerRow) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);  // padded heads: Q = 0, their rows are not written
+      if (head < heads) {
+        v = *reinterpret_cast<const uint4*>(a.q + seq_index * a.q_batch_stride +
+                                            (q_head0 + head) * a.q_head_stride + dim);
+      }
+      *reinterpret_cast<uint4*>(q_tile + QLayout::offset(head, dim)) = v;
+    }
+  }
+
+  // Scales the QK accumulators to base-2 logits and masks tokens at or past `end`.
+  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, int end, float scale,
+                                       uint8_t* s_tile) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int token = Qk::c_token(lane, i);
+      const float v = tile_start + token < end ? s[i] * scale : negative_infinity();
+      *reinterpret_cast<float*>(s_tile + pipeline::ScoreTileLayout::offset(mma::c_row(lane, i), token)) = v;
+    }
+  }
+
+  VXQA_DEVICE static void rescale(float (&o)[Pv::kNBlocks][8], const float* alpha) {
+    const int lane = threadIdx.x & 31;
+    const float a0 = alpha[mma::c_row(lane, 0)], a1 = alpha[mma::c_row(lane, 2)];
+#pragma unroll
+    for (int n = 0; n < Pv::kNBlocks; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[n][i] *= (i & 2) ? a1 : a0;
+  }
+
+  // Merges the warps' (m, l, O) and writes O and LSE (one chunk) or the chunk's partial.
+  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem,
+                                          int seq_index, int q_head0, int heads, int chunk) {
+    const int q_heads = a.num_kv_heads * a.group_size;
+    for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
+      const int head = i / kD, dim = i % kD;
+      float m = negative_infinity();
+      for (int w = 0; w < Config::kWarps; ++w) m = fmaxf(m, warp_ml(smem, w)[head]);
+      float l = 0.f, o = 0.f;
+      for (int w = 0; w < Config::kWarps; ++w) {
+        const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], m);
+        l += warp_ml(smem, w)[8 + head] * weight;
+        o += warp_o(smem, w)[head * kD + dim] * weight;
+      }
+      const int q_head = q_head0 + head;
+      if (a.num_chunks == 1) {
+        const float value = l > 0.f ? o / l * a.v_scale : 0.f;
+        a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
+        if (dim == 0 && a.lse)
+          a.lse[seq_index * q_heads + q_head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : negative_infinity();
+      } else {
+        const int64_t slot = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks + chunk;
+        a.partial_o[slot * kD + dim] = o / l;
+        if (dim == 0) a.partial_lse[slot] = m + log2f(l);
+      }
+    }
+  }
+
+  VXQA_DEVICE static const float* warp_o(const uint8_t* smem, int w) {
+    return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes);
+  }
+  VXQA_DEVICE static const float* warp_ml(const uint8_t* smem, int w) {
+    return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes +
+                                          Config::kWarpScoreOffset);
+  }
+
+  VXQA_DEVICE static void write_nan(const DecodeKernelArgs& a, int seq_index, int q_head0, int heads) {
+    const int q_heads = a.num_kv_heads * a.group_size;
+    for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
+      const int q_head = q_head0 + i / kD;
+      a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kD] = __float2half_rn(nanf(""));
+      if (i % kD == 0 && a.lse) a.lse[seq_index * q_heads + q_head] = nanf("");
+    }
+  }
+};
+
+template <class Config>
+__global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKernelArgs args) {
+  extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
+  DecodeCta<Config>::run(args, vxqa_decode_smem);
+}
+#endif
+
+}  // namespace vxqa

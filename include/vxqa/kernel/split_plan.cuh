@@ -1,0 +1,41 @@
+// vxqa/kernel/split_plan.cuh — how a decode step is cut into CTAs, decided once at setup
+// from capacity (max batch, max context), never from this step's lengths: the same grid
+// serves every step, so one launch can be captured in a CUDA graph and replayed while the
+// sequences grow. CTAs whose chunk lies past their sequence's end exit at once.
+#pragma once
+#include <vxqa/common.cuh>
+
+namespace vxqa {
+
+struct DecodePlan {
+  int max_batch = 0;
+  int max_context = 0;
+  int num_kv_heads = 0;
+  int group_size = 0;
+  int chunk_tokens = 0;  // split-KV chunk; a multiple of the Config's kCtaTokens
+  int num_chunks = 0;    // ceil(max_context / chunk_tokens); 1 = no combine step
+  size_t workspace_bytes = 0;
+};
+
+// Workspace: [error word, padded to 256 B][partial LSE][partial O], all fp32.
+VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, int head_dim) {
+  const size_t slots = num_chunks > 1 ? size_t(max_batch) * q_heads * num_chunks : 0;
+  const size_t lse_bytes = (slots * 4 + 255) / 256 * 256;
+  return 256 + lse_bytes + slots * head_dim * 4;
+}
+
+// The chunk: the largest multiple of cta_tokens, at most 64 of them, that still gives at
+// least `target_ctas` CTAs at full capacity (or the smallest multiple when none does).
+VXQA_HD int choose_chunk_tokens(int max_batch, int max_context, int head_tiles, int cta_tokens,
+                                int target_ctas) {
+  int best = cta_tokens;
+  for (int multiple = 1; multiple <= 64; ++multiple) {
+    const int chunk = multiple * cta_tokens;
+    const long long chunks = (max_context + chunk - 1) / chunk;
+    if (chunks * max_batch * head_tiles >= target_ctas) best = chunk;
+    if (chunk >= max_context) break;
+  }
+  return best;
+}
+
+}  // namespace vxqa

@@ -1,0 +1,77 @@
+// vxqa/mma/pv_consumer.cuh — O += P · V for one warp tile on mma.m8n8k4 (f16 in, f32 acc).
+//
+// M = 8 heads, K = the tile's 32 tokens (8 k-steps of 4), N = head dims. Quad pair q owns
+// dims [q*D/4, (q+1)*D/4); within it the lower 16 lanes hold n-block columns 0..3 and the
+// upper 16 columns 4..7, and n-block j covers dims 4j..4j+3 of each half. So a lane's
+// B fragments for all its n-blocks are one contiguous span of D/8 dims of one token: 1–4
+// LDS.128 (or one LDS.64) feed D/32 MMAs. P comes from shared memory in the A layout.
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/arch/mma_m8n8k4.cuh>
+#include <vxqa/common.cuh>
+#include <vxqa/mma/fragments.cuh>
+#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/pipeline/smem_layout.cuh>
+
+namespace vxqa {
+namespace mma {
+
+template <class Geometry>
+struct PvConsumer {
+  using VLayout = pipeline::VTileLayout<Geometry>;
+  static constexpr int kHeadDim = Geometry::kHeadDimV;
+  static constexpr int kNBlocks = kHeadDim / 32;  // n-blocks per quad pair
+  static constexpr bool kE5m2 = Geometry::kElemBytesV == 1;
+
+  // Output dim of accumulator element i of n-block `nblock` on `lane`.
+  VXQA_HD static int c_dim(int lane, int nblock, int i) {
+    const int col = c_col(lane, i);
+    return quad_pair(lane) * (kHeadDim / 4) + ((col & 4) ? kHeadDim / 8 : 0) + nblock * 4 +
+           (col & 3);
+  }
+  // Span (of D/8 dims) this lane reads of a token row.
+  VXQA_HD static int span(int lane) { return 2 * quad_pair(lane) + (lane >= 16 ? 1 : 0); }
+
+#if VXQA_IS_CUDA_COMPILER
+  // o[n][i]: accumulators of n-block n. p_tile: fp16 P (ProbTileLayout), v_tile: the V tile.
+  VXQA_DEVICE static void run(const uint8_t* p_tile, const uint8_t* v_tile,
+                              float (&o)[kNBlocks][8]) {
+    const int lane = threadIdx.x & 31;
+    const int span_byte = span(lane) * Geometry::kSpanBytes;
+    const uint8_t* p_row = p_tile + pipeline::ProbTileLayout::offset(a_row(lane), 0);
+#pragma unroll
+    for (int step = 0; step < 8; ++step) {
+      const int token = 4 * step + b_row_major_row(lane);
+      const uint2 pa = *reinterpret_cast<const uint2*>(p_row + 2 * 4 * step);
+      const uint32_t a[2] = {pa.x, pa.y};
+      uint32_t vw[Geometry::kSpanBytes / 4];
+      if (VLayout::kGranule == 16) {
+#pragma unroll
+        for (int g = 0; g < Geometry::kSpanBytes / 16; ++g) {
+          const uint4 v = *reinterpret_cast<const uint4*>(
+              v_tile + VLayout::granule_offset(token, span_byte + 16 * g));
+          vw[4 * g + 0] = v.x, vw[4 * g + 1] = v.y, vw[4 * g + 2] = v.z, vw[4 * g + 3] = v.w;
+        }
+      } else {
+        const uint2 v =
+            *reinterpret_cast<const uint2*>(v_tile + VLayout::granule_offset(token, span_byte));
+        vw[0] = v.x, vw[1] = v.y;
+      }
+#pragma unroll
+      for (int n = 0; n < kNBlocks; ++n) {
+        uint32_t b[2];
+        if (kE5m2) {
+          const uint2 h = e5m2x4_to_half2x2_bits(vw[n]);
+          b[0] = h.x, b[1] = h.y;
+        } else {
+          b[0] = vw[2 * n], b[1] = vw[2 * n + 1];
+        }
+        arch::mma_m8n8k4_row_row(o[n], a, b, o[n]);
+      }
+    }
+  }
+#endif
+};
+
+}  // namespace mma
+}  // namespace vxqa

@@ -1,0 +1,102 @@
+// vxqa/pipeline/smem_layout.cuh — where a warp's tile lives in shared memory.
+//
+// The consumers decide the layouts: every read they make is conflict-free across the warp
+// (test/cpu/smem_layout.cpp computes every lane's bank for every access and proves it).
+//
+// Warp tile: 32 consecutive tokens. QK: quad pair q owns tokens 8q..8q+7 (its n-block) over
+// all of D; a lane reads 16-byte chunks of one token row. PV: quad pair q owns dims
+// [q*D/4, (q+1)*D/4); the lower/upper 16 lanes take the first/second half of that, so a lane
+// reads one contiguous span of D/8 dims of one token per k-step.
+#pragma once
+#include <vxqa/common.cuh>
+
+namespace vxqa {
+namespace pipeline {
+
+template <int kHeadDim, int kElemBytes>
+struct WarpTileGeometry {
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "WarpTileGeometry: head dim must be 64, 128 or 256");
+  static_assert(kElemBytes == 1 || kElemBytes == 2,
+                "WarpTileGeometry: KV elements are 1 byte (E5M2) or 2 bytes (fp16)");
+  static constexpr int kHeadDimV = kHeadDim;
+  static constexpr int kElemBytesV = kElemBytes;
+  static constexpr int kTokens = 32;
+  static constexpr int kRowBytes = kHeadDim * kElemBytes;
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+  static constexpr int kTileBytes = kTokens * kRowBytes;
+  static constexpr int kSpanDims = kHeadDim / 8;  // PV: dims a lane reads of one token
+  static constexpr int kSpanBytes = kSpanDims * kElemBytes;
+  static constexpr int kDimsPerChunk = 16 / kElemBytes;
+};
+
+// K tile, read by the QK consumer: lanes of one 8-lane phase read the same chunk of 8
+// different tokens (4 of one n-block, 4 of the next), so the 16-byte chunks of a row are
+// XOR-swizzled by a key built from the token's column and n-block parity.
+template <class Geometry>
+struct KTileLayout {
+  static constexpr int kChunksPerRow = Geometry::kChunksPerRow;
+  static_assert(kChunksPerRow >= 4, "KTileLayout: rows shorter than 64 bytes are not laid out");
+
+  VXQA_HD static int key(int token) {
+    const int col = token & 7, nblock = token >> 3;
+    if (kChunksPerRow >= 8) return (col & 3) | ((nblock & 1) << 2);
+    // 64-byte rows: two rows share a 128-byte bank line, the row parity separates them.
+    return ((col >> 1) & 1) | ((nblock & 1) << 1);
+  }
+  // Byte offset of logical 16-byte chunk `chunk` of token row `token`.
+  VXQA_HD static int chunk_offset(int token, int chunk) {
+    return token * Geometry::kRowBytes + 16 * (chunk ^ key(token));
+  }
+};
+
+// V tile, read by the PV consumer: in a k-step, lane reads token 4s + lane%4, span
+// p = 2*quad_pair + (lane >= 16) of D/8 dims. Spans of 16 bytes or more are read as
+// 16-byte chunks and swizzled per chunk; 8-byte spans (E5M2, D = 64) per 8-byte slot.
+template <class Geometry>
+struct VTileLayout {
+  static constexpr int kSpanBytes = Geometry::kSpanBytes;
+  static constexpr int kGranule = kSpanBytes >= 16 ? 16 : 8;
+  static_assert(kSpanBytes == 8 || kSpanBytes == 16 || kSpanBytes == 32 || kSpanBytes == 64,
+                "VTileLayout: unexpected span");
+
+  // The XOR key of granule `granule` (in units of kGranule) of row `token`.
+  VXQA_HD static int key(int token, int granule) {
+    const int r = token & 3;
+    switch (kSpanBytes) {
+      case 8: return (r >> 1) & 1;
+      case 16: return (r & 1) | ((r & 2) << 1);
+      case 32: return r;
+      default: return r | (((granule >> 3) & 1) << 2);  // 64: spans 2 apart share bank bits
+    }
+  }
+  // Byte offset of the logical granule that starts at byte `byte` of row `token`.
+  VXQA_HD static int granule_offset(int token, int byte) {
+    const int g = byte / kGranule;
+    return token * Geometry::kRowBytes + kGranule * (g ^ key(token, g));
+  }
+};
+
+// Q (fp16, one M tile of 8 heads): rows padded by 16 bytes so the 8 rows a quad pair reads
+// fall in 8 different bank groups; all quad pairs read the same addresses (broadcast).
+template <int kHeadDim>
+struct QTileLayout {
+  static constexpr int kRowBytes = kHeadDim * 2 + 16;
+  static constexpr int kBytes = 8 * kRowBytes;
+  VXQA_HD static int offset(int head, int dim) { return head * kRowBytes + dim * 2; }
+};
+
+// S (fp32 scores) and P (fp16 probabilities) of one warp tile: 8 heads x 32 tokens.
+struct ScoreTileLayout {
+  static constexpr int kPitch = 32 + 4;  // floats; keeps rows 16-byte aligned
+  static constexpr int kBytes = 8 * kPitch * 4;
+  VXQA_HD static int offset(int head, int token) { return (head * kPitch + token) * 4; }
+};
+struct ProbTileLayout {
+  static constexpr int kPitch = 32 + 8;  // halves: 80-byte rows, 8 rows in distinct banks
+  static constexpr int kBytes = 8 * kPitch * 2;
+  VXQA_HD static int offset(int head, int token) { return (head * kPitch + token) * 2; }
+};
+
+}  // namespace pipeline
+}  // namespace vxqa

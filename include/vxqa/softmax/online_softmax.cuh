@@ -1,0 +1,75 @@
+// vxqa/softmax/online_softmax.cuh — running max and sum per head row, in fp32 and base 2.
+//
+// Scores arrive already multiplied by softmax_scale · k_scale · log2(e), so exp2 gives the
+// natural-exponent softmax. A masked score is -inf; a row that has seen only -inf keeps
+// m = -inf, l = 0 and yields p = 0 and a rescale factor of 1 (never exp2(-inf - -inf)).
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/common.cuh>
+#include <vxqa/pipeline/smem_layout.cuh>
+
+namespace vxqa {
+namespace softmax {
+
+// One head row's state; in a warp the 4 lanes 4h..4h+3 hold (identical copies of) row h.
+struct RowState {
+  float m;  // running max (base-2 logits)
+  float l;  // running sum of exp2(s - m), as rounded into P
+};
+
+VXQA_HD RowState empty_row() { return RowState{negative_infinity(), 0.f}; }
+
+// Factor that moves a sum taken against max m_old onto max m_new (m_new >= m_old).
+VXQA_HD float rescale_factor(float m_old, float m_new) {
+  return m_new == negative_infinity() ? 1.f : exp2f(m_old - m_new);
+}
+
+// Merges two partial rows (m_a, l_a) and (m_b, l_b): the max and the weights of each side.
+struct MergeWeights {
+  float m, wa, wb;
+};
+VXQA_HD MergeWeights merge_weights(float m_a, float m_b) {
+  const float m = m_a > m_b ? m_a : m_b;
+  return MergeWeights{m, rescale_factor(m_a, m), rescale_factor(m_b, m)};
+}
+
+#if VXQA_IS_CUDA_COMPILER
+// The softmax step of one warp tile (8 heads x 32 tokens): reads S (fp32, ScoreTileLayout),
+// writes P (fp16, ProbTileLayout) and each row's rescale factor to alpha[8]. Lane 4h+j owns
+// tokens 8j..8j+7 of row h. Returns the updated state of row lane/4.
+VXQA_DEVICE RowState online_softmax_step(RowState row, const uint8_t* s_tile, uint8_t* p_tile,
+                                         float* alpha) {
+  const int lane = threadIdx.x & 31, head = lane >> 2, part = lane & 3;
+  const float4* s = reinterpret_cast<const float4*>(
+      s_tile + pipeline::ScoreTileLayout::offset(head, 8 * part));
+  const float4 s0 = s[0], s1 = s[1];
+  const float v[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+  float tile_max = v[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) tile_max = fmaxf(tile_max, v[i]);
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+  const float m_new = fmaxf(row.m, tile_max);
+  const bool empty = m_new == negative_infinity();
+  uint32_t packed[4];
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; i += 2) {
+    const __half2 p = __floats2half2_rn(empty ? 0.f : exp2f(v[i] - m_new),
+                                        empty ? 0.f : exp2f(v[i + 1] - m_new));
+    const float2 rounded = __half22float2(p);  // sum what P·V will actually use
+    sum += rounded.x + rounded.y;
+    packed[i / 2] = bit_cast<uint32_t>(p);
+  }
+  *reinterpret_cast<uint4*>(p_tile + pipeline::ProbTileLayout::offset(head, 8 * part)) =
+      make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  const float a = rescale_factor(row.m, m_new);
+  if (part == 0) alpha[head] = a;
+  return RowState{m_new, row.l * a + sum};
+}
+#endif
+
+}  // namespace softmax
+}  // namespace vxqa
