@@ -11,4 +11,5 @@
 #if !defined(__CUDACC_RTC__)
 #include <vxqa/api/decode.cuh>
 #include <vxqa/reference/decode_reference.h>
+#include <vxqa/reference/random_problem.h>
 #endif

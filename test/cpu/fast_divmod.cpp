@@ -168,6 +168,15 @@ TEST_CASE("FastDivmod: multiplier and shift of the round-up method", "[fast_divm
   STATIC_REQUIRE(FastDivmod(800).shift == 10);  // usable in constant expressions
 }
 
+TEST_CASE("FastDivmod: above 2^31 the host wraps in 32 bits like the device", "[fast_divmod]") {
+  // d = 3: m = 1431655766, l = 2; for n = 2^32 - 1, n + umulhi(n, m) = n + 1431655765 wraps to
+  // 1431655764, so div returns 357913941, not 1431655765. The host must show the same value
+  // the GPU computes, or host tests would vouch for numerators the device gets wrong.
+  const FastDivmod three(3);
+  CHECK(three.div(0xffffffffu) == 357913941u);
+  CHECK(three.div(0xffffffffu) != 0xffffffffu / 3);
+}
+
 TEST_CASE("FastDivmod: is_valid_divisor", "[fast_divmod]") {
   CHECK_FALSE(FastDivmod::is_valid_divisor(0));
   CHECK(FastDivmod::is_valid_divisor(1));

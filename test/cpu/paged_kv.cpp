@@ -14,10 +14,16 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using vxqa::PagedKvLayout;
 using vxqa::PagedKvView;
+
+// Views and layouts travel to kernels as arguments.
+static_assert(std::is_trivially_copyable<PagedKvLayout>::value, "layout must be a kernel argument");
+static_assert(std::is_trivially_copyable<PagedKvView<0, 1>>::value, "view must be a kernel argument");
+static_assert(std::is_trivially_copyable<PagedKvView<800, 2>>::value, "view must be a kernel argument");
 
 namespace {
 
@@ -201,13 +207,21 @@ bool check_row(const Cache& c, const Batch& b, int seq, int head, int token, int
 template <int kPageSize, int kElem>
 void check_per_token(const Cache& c, const Batch& b) {
   const PagedKvView<kPageSize, kElem> view(make_layout(c, b), c.shape.page_size);
+  // The same view from a page size prepared beforehand (as a kernel receives it).
+  const PagedKvView<kPageSize, kElem> view2(make_layout(c, b), vxqa::PageSize<kPageSize>(c.shape.page_size));
   REQUIRE(view.page_size() == c.shape.page_size);
+  REQUIRE(view2.page_size() == c.shape.page_size);
   for (int seq = 0; seq < int(b.lens.size()); ++seq) {
     for (int head = 0; head < c.shape.heads; ++head) {
       const auto sv = view.sequence(seq, head);
       REQUIRE(sv.page_size() == c.shape.page_size);
       for (int t = 0; t < b.lens[seq]; ++t) {
         const int64_t off = view.row_offset(seq, head, uint32_t(t));
+        if (view2.row_offset(seq, head, uint32_t(t)) != off) {
+          INFO("seq " << seq << " head " << head << " token " << t);
+          CHECK(view2.row_offset(seq, head, uint32_t(t)) == off);
+          return;
+        }
         if (!check_row(c, b, seq, head, t, off, view.k_row(seq, head, uint32_t(t)),
                        view.v_row(seq, head, uint32_t(t))))
           return;

@@ -11,6 +11,7 @@ struct Bytes16 {
   uint32_t w[4];
 };
 
+#if VXQA_IS_CUDA_COMPILER
 VXQA_DEVICE Bytes16 ldg_nc_16(const void* ptr) {
   Bytes16 r;
   asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
@@ -18,6 +19,7 @@ VXQA_DEVICE Bytes16 ldg_nc_16(const void* ptr) {
                : "l"(ptr));
   return r;
 }
+#endif
 
 }  // namespace arch
 }  // namespace vxqa

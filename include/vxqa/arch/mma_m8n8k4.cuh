@@ -7,6 +7,7 @@
 #pragma once
 #include <vxqa/common.cuh>
 
+#if VXQA_IS_CUDA_COMPILER
 namespace vxqa {
 namespace arch {
 
@@ -36,3 +37,4 @@ VXQA_DEVICE void mma_m8n8k4_row_row(float (&d)[8], const uint32_t (&a)[2], const
 
 }  // namespace arch
 }  // namespace vxqa
+#endif

@@ -149,9 +149,9 @@ struct DecodeCta {
     for (int n = 0; n < Pv::kNBlocks; ++n)
 #pragma unroll
       for (int i = 0; i < 8; ++i) merge_o[mma::c_row(lane, i) * kD + Pv::c_dim(lane, n, i)] = o[n][i];
-    if ((lane & 3) == 0) {
-      merge_ml[lane >> 2] = row.m;
-      merge_ml[8 + (lane >> 2)] = row.l;
+    if (softmax::softmax_part(lane) == 0) {
+      merge_ml[softmax::softmax_row(lane)] = row.m;
+      merge_ml[8 + softmax::softmax_row(lane)] = row.l;
     }
     __syncthreads();
     merge_and_write(a, smem, seq_index, q_head0, heads, chunk);

@@ -3,7 +3,8 @@
 // E5M2 is 1 sign, 5 exponent (bias 15) and 2 mantissa bits: exactly the top byte of an
 // fp16, so decoding is a byte move (one PRMT makes a half2 from two codes) and is exact for
 // every code, ±0, subnormals, ±inf and NaN included. NaN codes keep their payload:
-// code c decodes to the fp16 bits c << 8 (cuda_fp8.h's software decoder returns 0x7FFF).
+// code c decodes to the fp16 bits c << 8 (cuda_fp8.h returns 0x7FFF for every NaN code, in
+// software and through the sm_89+ cvt alike).
 //
 // Encoding rounds to nearest, ties to even, and matches cuda_fp8.h's
 // __nv_cvt_float_to_fp8 / __nv_cvt_halfraw_to_fp8 (E5M2) bit for bit:
@@ -11,8 +12,9 @@
 //     give ±57344 (0x7B) under Saturation::kFinite (__NV_SATFINITE), ±inf (0x7C) under
 //     Saturation::kNone (__NV_NOSAT);
 //   - |x| <= 2^-17 (half the smallest subnormal 2^-16) gives ±0;
-//   - in software every NaN gives 0x7F (the sign is dropped), as cuda_fp8.h's does; on sm_89+
-//     kFinite uses the hardware cvt, as cuda_fp8.h does, and returns what it returns.
+//   - every NaN gives 0x7F, whatever its sign or payload.
+// On sm_89+ kFinite uses the hardware cvt (.satfinite), as cuda_fp8.h does; on an H200 it
+// gives the same bits as the software path for every fp16 and 16M mixed fp32 inputs.
 // fp32 is rounded straight to E5M2: going through fp16 first would round twice.
 //
 // Everything is __host__ __device__ and builds with nvcc, a plain host compiler and NVRTC.
@@ -125,7 +127,7 @@ namespace detail {
 enum E5m2Code : uint8_t {
   kE5m2MaxFinite = 0x7B,  // 1.75 * 2^15 = 57344
   kE5m2Inf = 0x7C,
-  kE5m2NaN = 0x7F,  // the NaN cuda_fp8.h's software encoder returns
+  kE5m2NaN = 0x7F,  // the NaN cuda_fp8.h (and the sm_89+ cvt) returns for every NaN
 };
 
 VXQA_HD uint8_t e5m2_overflow(uint32_t sign, Saturation saturation) {

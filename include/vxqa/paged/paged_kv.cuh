@@ -46,8 +46,14 @@ class PagedKvView {
  public:
   using PageSizeT = PageSize<kPageSize>;
 
-  // Precondition: PageSizeT::matches(page_size).
+  // Precondition: PageSizeT::matches(page_size). With a runtime page size this computes the
+  // FastDivmod (a 64-bit divide): on the device prefer the PageSizeT overload with a value
+  // built on the host, or build the whole view there (it is trivially copyable), so the
+  // divide happens once per launch, not once per thread.
   VXQA_HD PagedKvView(const PagedKvLayout& layout, int page_size)
+      : PagedKvView(layout, PageSizeT(page_size)) {}
+
+  VXQA_HD PagedKvView(const PagedKvLayout& layout, PageSizeT page_size)
       : k_(static_cast<const uint8_t*>(layout.k)),
         v_(static_cast<const uint8_t*>(layout.v)),
         page_bytes_(layout.page_stride * kElemBytes),

@@ -11,7 +11,13 @@
 namespace vxqa {
 namespace softmax {
 
-// One head row's state; in a warp the 4 lanes 4h..4h+3 hold (identical copies of) row h.
+// Which head row and which 8 of the tile's 32 tokens a lane takes in the softmax step:
+// lanes h, h+8, h+16, h+24 share row h, so an 8-lane phase touches 8 different rows (its
+// 16-byte accesses to S and P are then conflict-free: test/cpu/smem_layout.cpp).
+VXQA_HD int softmax_row(int lane) { return lane & 7; }
+VXQA_HD int softmax_part(int lane) { return lane >> 3; }
+
+// One head row's state; lanes sharing a row hold identical copies.
 struct RowState {
   float m;  // running max (base-2 logits)
   float l;  // running sum of exp2(s - m), as rounded into P
@@ -35,11 +41,11 @@ VXQA_HD MergeWeights merge_weights(float m_a, float m_b) {
 
 #if VXQA_IS_CUDA_COMPILER
 // The softmax step of one warp tile (8 heads x 32 tokens): reads S (fp32, ScoreTileLayout),
-// writes P (fp16, ProbTileLayout) and each row's rescale factor to alpha[8]. Lane 4h+j owns
-// tokens 8j..8j+7 of row h. Returns the updated state of row lane/4.
+// writes P (fp16, ProbTileLayout) and each row's rescale factor to alpha[8]. Returns the
+// updated state of row softmax_row(lane).
 VXQA_DEVICE RowState online_softmax_step(RowState row, const uint8_t* s_tile, uint8_t* p_tile,
                                          float* alpha) {
-  const int lane = threadIdx.x & 31, head = lane >> 2, part = lane & 3;
+  const int lane = threadIdx.x & 31, head = softmax_row(lane), part = softmax_part(lane);
   const float4* s = reinterpret_cast<const float4*>(
       s_tile + pipeline::ScoreTileLayout::offset(head, 8 * part));
   const float4 s0 = s[0], s1 = s[1];
@@ -47,8 +53,8 @@ VXQA_DEVICE RowState online_softmax_step(RowState row, const uint8_t* s_tile, ui
   float tile_max = v[0];
 #pragma unroll
   for (int i = 1; i < 8; ++i) tile_max = fmaxf(tile_max, v[i]);
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
   const float m_new = fmaxf(row.m, tile_max);
   const bool empty = m_new == negative_infinity();
   uint32_t packed[4];
@@ -63,8 +69,8 @@ VXQA_DEVICE RowState online_softmax_step(RowState row, const uint8_t* s_tile, ui
   }
   *reinterpret_cast<uint4*>(p_tile + pipeline::ProbTileLayout::offset(head, 8 * part)) =
       make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 16);
   const float a = rescale_factor(row.m, m_new);
   if (part == 0) alpha[head] = a;
   return RowState{m_new, row.l * a + sum};

@@ -1,0 +1,225 @@
+// Runs vxqa::decode on a RandomProblem through the public API and compares it with the
+// float64 reference.
+//
+// Error bounds (|gpu - ref| <= kAbs * max|V| * v_scale + kRel * |ref|):
+//  - K and V are decoded exactly to fp16 and Q is fp16, so Q·K is exact products summed in
+//    fp32 (relative ~1e-7 of sum |q||k|: negligible next to the rest);
+//  - P is rounded to fp16 before P·V (relative 2^-11 per weight) and normalised by the sum of
+//    the rounded weights, so O is off by at most ~2^-11 * max|V| from that;
+//  - O is rounded to fp16 at the end (relative 2^-11);
+//  - split chunks are merged in fp32 (relative ~1e-6).
+// kAbs = 2e-3 (4x the P rounding) and kRel = 2^-10 (2x the output rounding) leave room for
+// sums of many roundings without hiding an indexing bug (which moves O by ~max|V|).
+// LSE: fp32 sums of rounded P, relative error ~2^-11 in l gives 5e-4 in log: bound 2e-3.
+#pragma once
+#include <catch2/catch.hpp>
+#include <cuda_fp16.h>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#include <vxqa/vxqa.cuh>
+#include "gpu/gpu_check.cuh"
+
+namespace vxqa_test {
+
+using vxqa::reference::RandomProblem;
+using vxqa::reference::RandomProblemOptions;
+
+inline double half_bits_to_double(uint16_t bits) { return vxqa::reference::fp16_to_double(bits); }
+
+struct DecodeResult {
+  std::vector<uint16_t> out;  // fp16 bits [B, Hq, D]
+  std::vector<float> lse;     // [B, Hq]
+  uint32_t errors = 0;
+};
+
+// Device copies of one problem.
+struct DeviceProblem {
+  DeviceBuffer<unsigned char> cache;
+  DeviceBuffer<uint16_t> q;
+  DeviceBuffer<int32_t> table;
+  DeviceBuffer<int32_t> lens;
+  explicit DeviceProblem(const RandomProblem& p)
+      : cache(p.cache.size()), q(p.q.size()), table(p.block_table.size()), lens(p.seq_lens.size()) {
+    cache.upload(p.cache);
+    q.upload(p.q);
+    table.upload(p.block_table);
+    lens.upload(p.seq_lens);
+  }
+};
+
+template <class Config>
+vxqa::DecodeParams make_params(const RandomProblem& p, const DeviceProblem& d, void* out,
+                               float* lse) {
+  const int eb = Config::kElemBytes;
+  vxqa::DecodeParams params;
+  params.q = d.q.get();
+  params.q_head_stride = p.head_dim;
+  params.q_batch_stride = int64_t(p.query_heads()) * p.head_dim;
+  params.out = out;
+  params.out_head_stride = p.head_dim;
+  params.out_batch_stride = int64_t(p.query_heads()) * p.head_dim;
+  params.lse = lse;
+  params.k_cache = d.cache.get() + p.k_offset * eb;
+  params.v_cache = d.cache.get() + p.v_offset * eb;
+  params.page_stride = p.page_stride;
+  params.token_stride = p.token_stride;
+  params.head_stride = p.head_stride;
+  params.page_size = p.page_size;
+  params.block_table = d.table.get();
+  params.block_table_stride = p.table_stride;
+  params.max_pages_per_seq = p.max_pages;
+  params.seq_lens = d.lens.get();
+  params.batch = p.batch;
+  params.num_kv_heads = p.kv_heads;
+  params.group_size = p.group;
+  params.head_dim = p.head_dim;
+  params.k_scale = p.k_scale;
+  params.v_scale = p.v_scale;
+  params.softmax_scale = p.softmax_scale;
+  return params;
+}
+
+inline int sm_count() {
+  int device = 0, sms = 0;
+  VXQA_CUDA_CHECK(cudaGetDevice(&device));
+  VXQA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// A plan for the problem's capacity: max_batch / max_context default to the problem's.
+template <class Config>
+vxqa::DecodePlan plan_for(const RandomProblem& p, int max_context, int chunk_tokens = 0,
+                          int max_batch = 0) {
+  vxqa::DecodePlan plan;
+  const vxqa::Status s = vxqa::make_decode_plan<Config>(max_batch ? max_batch : p.batch, max_context,
+                                                       p.kv_heads, p.group, sm_count(), &plan,
+                                                       chunk_tokens);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  return plan;
+}
+
+// One eager decode: poisons out and lse, launches, checks every CUDA call.
+template <class Config>
+DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vxqa::DecodePlan& plan) {
+  DeviceBuffer<uint16_t> out(size_t(p.batch) * p.query_heads() * p.head_dim);
+  DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
+  DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
+  out.poison(0xFF);  // fp16 NaN
+  lse.poison(0xFF);  // fp32 NaN
+  const vxqa::DecodeParams params = make_params<Config>(p, d, out.get(), lse.get());
+  const vxqa::Status s = vxqa::decode<Config>(params, plan, workspace.get(), plan.workspace_bytes, 0);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  DecodeResult r;
+  r.out = out.download();
+  r.lse = lse.download();
+  REQUIRE(vxqa::read_decode_errors(workspace.get(), 0, &r.errors).ok());
+  return r;
+}
+
+inline double max_abs_v(const RandomProblem& p) {
+  double m = 0;
+  for (int b = 0; b < p.batch; ++b)
+    for (int t = 0; t < p.seq_lens[b]; ++t)
+      for (int h = 0; h < p.kv_heads; ++h)
+        for (int dd = 0; dd < p.head_dim; ++dd) m = std::max(m, std::fabs(p.v_at(b, t, h, dd)));
+  return m * p.v_scale;
+}
+
+// Compares with the float64 reference; returns the worst error relative to the bound.
+inline double check_against_reference(const RandomProblem& p, const DecodeResult& r) {
+  const vxqa::reference::DecodeOutput ref = vxqa::reference::decode_reference(p.inputs());
+  const double vmax = std::max(max_abs_v(p), 1e-30);
+  const double kAbs = 2e-3, kRel = 1.0 / 1024, kLse = 2e-3;
+  double worst = 0;
+  const int hq = p.query_heads();
+  for (int b = 0; b < p.batch; ++b) {
+    for (int h = 0; h < hq; ++h) {
+      for (int dd = 0; dd < p.head_dim; ++dd) {
+        const size_t i = (size_t(b) * hq + h) * p.head_dim + dd;
+        const double got = half_bits_to_double(r.out[i]), want = ref.out[i];
+        const double bound = kAbs * vmax + kRel * std::fabs(want);
+        INFO("seq " << b << " (len " << p.seq_lens[b] << ") head " << h << " dim " << dd << ": got "
+                    << got << " want " << want);
+        REQUIRE(std::isfinite(got));
+        REQUIRE(std::fabs(got - want) <= bound);
+        worst = std::max(worst, std::fabs(got - want) / bound);
+      }
+      const size_t i = size_t(b) * hq + h;
+      INFO("lse of seq " << b << " (len " << p.seq_lens[b] << ") head " << h << ": got " << r.lse[i]
+                         << " want " << ref.lse[i]);
+      if (std::isinf(ref.lse[i])) {
+        REQUIRE(std::isinf(r.lse[i]));
+        REQUIRE(r.lse[i] < 0);
+      } else {
+        REQUIRE(std::fabs(r.lse[i] - ref.lse[i]) <= kLse);
+      }
+    }
+  }
+  REQUIRE(r.errors == 0u);
+  return worst;
+}
+
+// Options with 16-byte aligned strides (the kernel's 16-byte loads need them).
+template <class Config>
+RandomProblemOptions aligned_options() {
+  RandomProblemOptions o;
+  o.head_dim = Config::kHeadDim;
+  o.format = Config::kElemBytes == 1 ? vxqa::reference::KvFormat::kE5M2 : vxqa::reference::KvFormat::kFp16;
+  o.stride_align = 16 / Config::kElemBytes;
+  return o;
+}
+
+// Builds, runs and checks one problem; returns the worst error / bound.
+template <class Config>
+double decode_matches_reference(RandomProblemOptions o, uint64_t seed, int chunk_tokens = 0) {
+  const RandomProblem p = vxqa::reference::make_random_problem(o, seed);
+  int max_len = 1;
+  for (int len : p.seq_lens) max_len = std::max(max_len, len);
+  const DeviceProblem d(p);
+  const vxqa::DecodePlan plan = plan_for<Config>(p, max_len, chunk_tokens);
+  INFO("D " << p.head_dim << " G " << p.group << " Hkv " << p.kv_heads << " page " << p.page_size
+            << " batch " << p.batch << " chunk " << plan.chunk_tokens << " chunks " << plan.num_chunks
+            << " seed " << seed);
+  return check_against_reference(p, run_decode<Config>(p, d, plan));
+}
+
+}  // namespace vxqa_test
+
+namespace vxqa_test {
+
+// Lengths at every edge the kernel has: a page, a warp tile (32), a CTA round, a chunk.
+inline std::vector<int32_t> edge_lengths(int page, int cta_tokens, int chunk) {
+  std::vector<int32_t> v = {1, 2, 31, 32, 33, page - 1, page, page + 1,
+                            cta_tokens - 1, cta_tokens + 1, chunk - 1, chunk, chunk + 1, 2 * chunk + 7};
+  std::vector<int32_t> out;
+  for (int x : v)
+    if (x >= 1) out.push_back(x);
+  return out;
+}
+
+// Groups x page sizes, each with a ragged batch holding every edge length; a forced small
+// chunk so that split-KV and the combine run on short sequences too.
+template <class Config>
+void sweep_groups_and_pages(const std::vector<int>& groups, const std::vector<int>& pages,
+                            uint64_t seed) {
+  for (int group : groups) {
+    for (int page : pages) {
+      RandomProblemOptions o = aligned_options<Config>();
+      o.group = group;
+      o.kv_heads = group > 8 ? 1 : 2;
+      o.page_size = page;
+      const int chunk = 2 * Config::kCtaTokens;
+      o.seq_lens = edge_lengths(page, Config::kCtaTokens, chunk);
+      o.batch = int(o.seq_lens.size());
+      o.k_scale = 0.75f;
+      o.v_scale = 1.25f;
+      decode_matches_reference<Config>(o, seed++, chunk);
+    }
+  }
+}
+
+}  // namespace vxqa_test
