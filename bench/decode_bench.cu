@@ -1,0 +1,209 @@
+// vxqa decode benchmark: times a few decode shapes (eager launches and CUDA-graph replays,
+// median of many runs with CUDA events) against the device-to-device copy bandwidth
+// measured in the same run, prints a table and writes JSON.
+//
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT]
+//
+// Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
+// plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
+// cover 4x the L2, so each step reads from DRAM.
+#include <cuda_fp16.h>
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+#include <vxqa/vxqa.cuh>
+#include "../examples/gpu_timing.cuh"
+
+namespace {
+
+using E5m2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0>;
+using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0>;
+
+struct Shape {
+  const char* name;
+  int batch, context, page, group, kv_heads;
+  bool ragged;
+};
+
+struct Result {
+  Shape shape;
+  int head_dim;
+  long long tokens;
+  double mbytes, eager_us, graph_us, gbs, pct_copy;
+  int chunk, chunks, copies;
+};
+
+std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> jitter(-s.context / 20, s.context / 20);
+  std::vector<int32_t> v(s.batch, s.context);
+  if (s.ragged)
+    for (auto& len : v) len = std::max(1, s.context + jitter(rng));
+  return v;
+}
+
+template <class Config>
+Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs) {
+  vxqa::reference::RandomProblemOptions po;
+  po.batch = shape.batch;
+  po.kv_heads = shape.kv_heads;
+  po.group = shape.group;
+  po.head_dim = Config::kHeadDim;
+  po.page_size = shape.page;
+  po.format = vxqa::reference::KvFormat::kE5M2;
+  po.seq_lens = lengths(shape, 7);
+  po.layout = vxqa::reference::CacheLayout::kVllm;
+  po.stride_align = 16;
+  po.spare_pages = 0;
+  const auto p = vxqa::reference::make_random_problem(po, 11);
+  long long tokens = 0;
+  int max_len = 1;
+  for (int len : p.seq_lens) tokens += len, max_len = std::max(max_len, len);
+  const double bytes = double(tokens) * p.kv_heads * p.head_dim * 2 + 4.0 * p.batch * p.query_heads() * p.head_dim;
+
+  const int copies = std::min(16, std::max(1, int(4.0 * l2_bytes / p.cache.size()) + 1));
+  std::vector<unsigned char*> caches(copies);
+  for (auto& c : caches) {
+    DEMO_CHECK(cudaMalloc(&c, p.cache.size()));
+    DEMO_CHECK(cudaMemcpy(c, p.cache.data(), p.cache.size(), cudaMemcpyHostToDevice));
+  }
+  uint16_t *q, *out;
+  int32_t *table, *lens;
+  DEMO_CHECK(cudaMalloc(&q, p.q.size() * 2));
+  DEMO_CHECK(cudaMalloc(&out, p.q.size() * 2));
+  DEMO_CHECK(cudaMalloc(&table, p.block_table.size() * 4));
+  DEMO_CHECK(cudaMalloc(&lens, p.seq_lens.size() * 4));
+  DEMO_CHECK(cudaMemcpy(q, p.q.data(), p.q.size() * 2, cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMemcpy(table, p.block_table.data(), p.block_table.size() * 4, cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
+
+  vxqa::DecodePlan plan;
+  if (!vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan).ok()) std::exit(1);
+  void* workspace;
+  DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
+
+  std::vector<vxqa::DecodeParams> params(copies);
+  for (int i = 0; i < copies; ++i) {
+    vxqa::DecodeParams& d = params[i];
+    d.q = q;
+    d.q_head_stride = p.head_dim;
+    d.q_batch_stride = int64_t(p.query_heads()) * p.head_dim;
+    d.out = out;
+    d.out_head_stride = p.head_dim;
+    d.out_batch_stride = int64_t(p.query_heads()) * p.head_dim;
+    d.k_cache = caches[i] + p.k_offset;
+    d.v_cache = caches[i] + p.v_offset;
+    d.page_stride = p.page_stride;
+    d.token_stride = p.token_stride;
+    d.head_stride = p.head_stride;
+    d.page_size = p.page_size;
+    d.block_table = table;
+    d.block_table_stride = p.table_stride;
+    d.max_pages_per_seq = p.max_pages;
+    d.seq_lens = lens;
+    d.batch = p.batch;
+    d.num_kv_heads = p.kv_heads;
+    d.group_size = p.group;
+    d.head_dim = p.head_dim;
+    d.softmax_scale = p.softmax_scale;
+  }
+  auto step_all = [&] {
+    for (int i = 0; i < copies; ++i) {
+      const vxqa::Status s = vxqa::decode<Config>(params[i], plan, workspace, plan.workspace_bytes, stream);
+      if (!s.ok()) { std::fprintf(stderr, "decode: %s\n", s.message().c_str()); std::exit(1); }
+    }
+  };
+  const double eager = vxqa_demo::median_us(step_all, stream) / copies;
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DEMO_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  step_all();
+  DEMO_CHECK(cudaStreamEndCapture(stream, &graph));
+  DEMO_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double replay = vxqa_demo::median_us([&] { DEMO_CHECK(cudaGraphLaunch(exec, stream)); }, stream) / copies;
+  DEMO_CHECK(cudaGraphExecDestroy(exec));
+  DEMO_CHECK(cudaGraphDestroy(graph));
+
+  for (auto c : caches) DEMO_CHECK(cudaFree(c));
+  DEMO_CHECK(cudaFree(q));
+  DEMO_CHECK(cudaFree(out));
+  DEMO_CHECK(cudaFree(table));
+  DEMO_CHECK(cudaFree(lens));
+  DEMO_CHECK(cudaFree(workspace));
+
+  const double best = std::min(eager, replay);
+  Result r{shape, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
+           plan.chunk_tokens, plan.num_chunks, copies};
+  r.pct_copy = 100.0 * r.gbs / copy_gbs;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, commit = "unknown", label = "SM70 m8n8k4 path";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--json") json_path = argv[i + 1];
+    else if (k == "--commit") commit = argv[i + 1];
+    else if (k == "--label") label = argv[i + 1];
+  }
+  if (!vxqa_demo::has_gpu()) {
+    std::printf("no CUDA device: benchmark skipped\n");
+    return 0;
+  }
+  cudaStream_t stream;
+  DEMO_CHECK(cudaStreamCreate(&stream));
+  cudaDeviceProp prop{};
+  DEMO_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy = vxqa_demo::copy_bandwidth_gbs(stream);
+
+  const Shape shapes[] = {
+      {"B16 ragged ~17.8K, page 800", 16, 17800, 800, 6, 1, true},
+      {"B16 ragged ~17.8K, page 16", 16, 17800, 16, 6, 1, true},
+      {"B1 x 64K, page 800", 1, 65536, 800, 6, 1, false},
+      {"B16 x 1K, page 800", 16, 1024, 800, 6, 1, false},
+      {"B4 ragged ~32K, page 784", 4, 32768, 784, 6, 1, true},
+  };
+  std::vector<Result> results;
+  for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
+  results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
+                                        prop.multiProcessorCount, prop.l2CacheSize, copy));
+
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::printf("%s (sm_%d%d), copy bandwidth %.0f GB/s, %s, %s, commit %s\n", prop.name, prop.major,
+              prop.minor, copy, label.c_str(), date, commit.c_str());
+  std::printf("| shape | D | tokens | MB | eager us | graph us | GB/s | %% of copy | chunk x n |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Result& r : results)
+    std::printf("| %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.head_dim,
+                r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs, r.pct_copy, r.chunk, r.chunks);
+
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) { std::perror(json_path.c_str()); return 1; }
+    std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d%d,\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
+                 prop.name, prop.major, prop.minor, date, commit.c_str());
+    std::fprintf(f, "  \"label\": \"%s\",\n  \"copy_gbs\": %.1f,\n  \"results\": [\n", label.c_str(), copy);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      std::fprintf(f,
+                   "    {\"shape\": \"%s\", \"batch\": %d, \"context\": %d, \"page\": %d, \"group\": %d, "
+                   "\"kv_heads\": %d, \"head_dim\": %d, \"ragged\": %s, \"tokens\": %lld, \"mbytes\": %.3f, "
+                   "\"eager_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"pct_copy\": %.2f, "
+                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d}%s\n",
+                   r.shape.name, r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
+                   r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
+                   r.pct_copy, r.chunk, r.chunks, r.copies, i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,17 @@
+// test/sm70/decode_d128.cu — SM70 audit TU: the head-dim-128 decode Configs the tests, the demo
+// and the benchmark instantiate, plus the combine kernel.
+//
+// Device-only and NVRTC-compatible; compiled to sm_70 by nvcc 11.8 and NVRTC 12.8 and
+// checked by scripts/sass_audit.py (see test/sm70/CMakeLists.txt). The decode kernels must
+// use the SM70 tensor-core instruction (HMMA.884) for QK and PV, 16-byte global loads for
+// the KV cache, 16-byte shared loads for the consumers, and never spill (no local memory,
+// no stack): registers and shared memory are printed in the audit table.
+//
+// vxqa-audit: kernel=decode_kernel require=HMMA.884,LDG.E.128,LDS.128,STS.128 forbid=LDL,STL max-registers=255
+// vxqa-audit: kernel=combine_kernel forbid=LDL,STL max-registers=64
+#include <vxqa/kernel/combine_kernel.cuh>
+#include <vxqa/kernel/decode_kernel.cuh>
+
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kFp16>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::combine_kernel<128>(const vxqa::DecodeKernelArgs);
