@@ -64,6 +64,7 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.kv = PagedKvLayout{p.k_cache,     p.v_cache,     p.page_stride,       p.token_stride,
                        p.head_stride, p.block_table, p.block_table_stride};
   a.page_size = p.page_size;
+  a.page_divmod = PageSize<0>(p.page_size);
   a.max_pages_per_seq = p.max_pages_per_seq;
   a.seq_lens = p.seq_lens;
   a.batch = p.batch;

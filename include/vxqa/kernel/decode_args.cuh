@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/fast_divmod.cuh>
 #include <vxqa/paged/paged_kv.cuh>
 
 namespace vxqa {
@@ -21,6 +22,7 @@ struct DecodeKernelArgs {
 
   PagedKvLayout kv;
   int page_size;
+  PageSize<0> page_divmod;  // prepared on the host: no divisor set-up in every thread
   int max_pages_per_seq;
   const int32_t* seq_lens;  // [B], device
 

@@ -88,7 +88,7 @@ struct DecodeCta {
     const int cta_tiles = end > begin ? (end - begin + kTileTokens - 1) / kTileTokens : 0;
     tiles.count = cta_tiles > warp ? (cta_tiles - warp + Config::kWarps - 1) / Config::kWarps : 0;
 
-    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, a.page_size);
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, page_size(a));
     const Sequence seq = view.sequence(seq_index, kv_head);
 
     softmax::RowState row = softmax::empty_row();
@@ -155,6 +155,14 @@ struct DecodeCta {
     }
     __syncthreads();
     merge_and_write(a, smem, seq_index, q_head0, heads, chunk);
+  }
+
+  VXQA_DEVICE static PageSize<Config::kPageSize> page_size(const DecodeKernelArgs& a) {
+    if constexpr (Config::kPageSize == 0) {
+      return a.page_divmod;
+    } else {
+      return PageSize<Config::kPageSize>();
+    }
   }
 
   // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
