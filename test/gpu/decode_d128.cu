@@ -4,6 +4,8 @@
 using namespace vxqa_test;
 using E5m2Runtime = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
 using Fp16Runtime = vxqa::DecodeConfig<128, vxqa::KvType::kFp16>;
+using E5m2ConvertAtPublish =
+    vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kPublish>;
 
 TEST_CASE("D128 E5M2: groups x page sizes x edge lengths", "[decode_d128]") {
   sweep_groups_and_pages<E5m2Runtime>({1, 2, 4, 6, 8, 12, 16}, {16, 64, 784, 800}, 6000);
@@ -11,4 +13,8 @@ TEST_CASE("D128 E5M2: groups x page sizes x edge lengths", "[decode_d128]") {
 
 TEST_CASE("D128 fp16 cache", "[decode_d128]") {
   sweep_groups_and_pages<Fp16Runtime>({1, 4, 8, 16}, {16, 784}, 7000);
+}
+
+TEST_CASE("D128 E5M2 converted to fp16 when published", "[decode_d128]") {
+  sweep_groups_and_pages<E5m2ConvertAtPublish>({1, 6, 16}, {16, 800}, 6500);
 }

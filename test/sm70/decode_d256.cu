@@ -15,4 +15,5 @@
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 800>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kFp16, 2>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256>(const vxqa::DecodeKernelArgs);

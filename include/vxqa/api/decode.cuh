@@ -91,6 +91,8 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   if (!status.ok()) return status;
   const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
 
+  // Every call, not once: the opt-in belongs to the current device (cheap, and legal while
+  // capturing a graph).
   cudaError_t err = cudaFuncSetAttribute(decode_kernel<Config>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Config::kSmemBytes);

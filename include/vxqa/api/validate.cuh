@@ -31,6 +31,13 @@ Status validate_plan(const DecodePlan& plan) {
                                                     detail::str(Config::kCtaTokens) + " for this Config");
   if (plan.num_chunks != (plan.max_context + plan.chunk_tokens - 1) / plan.chunk_tokens)
     return Status::invalid("plan.num_chunks", "does not match max_context / chunk_tokens");
+  // A plan made for another head dim would size the partials wrongly.
+  const size_t needed = plan_workspace_bytes(plan.max_batch, plan.num_kv_heads * plan.group_size,
+                                             plan.num_chunks, Config::kHeadDim);
+  if (plan.workspace_bytes < needed)
+    return Status::invalid("plan.workspace_bytes", detail::str(static_cast<long long>(plan.workspace_bytes)) +
+                                                       " is less than this Config needs (" +
+                                                       detail::str(static_cast<long long>(needed)) + ")");
   return Status();
 }
 
@@ -64,8 +71,10 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   const int eb = Config::kElemBytes;
   if (!p.q) return Status::invalid("q", "is null");
   if (!aligned(p.q, 16)) return Status::invalid("q", "must be 16-byte aligned");
-  if ((p.q_head_stride * 2) % 16 || (p.q_batch_stride * 2) % 16)
-    return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (strides multiple of 8)");
+  if ((p.q_head_stride * 2) % 16)
+    return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (a multiple of 8)");
+  if ((p.q_batch_stride * 2) % 16)
+    return Status::invalid("q_batch_stride", "q rows must start 16-byte aligned (a multiple of 8)");
   if (p.q_head_stride < Config::kHeadDim)
     return Status::invalid("q_head_stride", "is smaller than head_dim");
   if (!p.out) return Status::invalid("out", "is null");

@@ -6,6 +6,7 @@
 #include <vxqa/common.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
+#include <vxqa/pipeline/smem_publisher.cuh>
 
 namespace vxqa {
 
@@ -27,7 +28,10 @@ struct KvTraits<KvType::kFp16> {
 // Shared memory an SM70 CTA can use (96 KB per SM, all of it by one CTA with the opt-in).
 inline constexpr int kSm70MaxSmemBytes = 96 * 1024;
 
-template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0>
+using pipeline::ConvertAt;
+
+template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
+          ConvertAt Convert = ConvertAt::kConsume>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -42,7 +46,12 @@ struct DecodeConfig {
   static_assert(Warps >= 1 && Warps <= 8, "DecodeConfig: Warps must be 1..8");
   static_assert(PageSize >= 0, "DecodeConfig: PageSize is a page size >= 1, or 0 for run time");
 
-  using Geometry = pipeline::WarpTileGeometry<HeadDim, kElemBytes>;
+  static constexpr ConvertAt kConvertAt = Convert;
+  static_assert(Convert == ConvertAt::kConsume || Kv == KvType::kE5M2,
+                "DecodeConfig: ConvertAt::kPublish only applies to E5M2 caches");
+  // Rows as loaded from the cache, and as the consumers read them in shared memory.
+  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, kElemBytes>;
+  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? 2 : kElemBytes>;
   using LoadPolicy = pipeline::Sm70RegisterStaged<Stages>;
 
   // One M tile of 8 query heads per CTA; a group of up to kMaxGroup takes several CTAs.
@@ -51,8 +60,8 @@ struct DecodeConfig {
 
   // A piece (what one register stage holds) is at most 8 KB per warp: 64 registers a lane.
   static constexpr int kPieceTokens =
-      Geometry::kTileBytes <= 8192 ? Geometry::kTokens : 8192 / Geometry::kRowBytes;
-  static constexpr int kPiecesPerTile = Geometry::kTokens / kPieceTokens;
+      LoadGeometry::kTileBytes <= 8192 ? LoadGeometry::kTokens : 8192 / LoadGeometry::kRowBytes;
+  static constexpr int kPiecesPerTile = LoadGeometry::kTokens / kPieceTokens;
   static_assert((2 * kPiecesPerTile) % Stages == 0,
                 "DecodeConfig: Stages must divide the pieces of a K+V tile (2 or 4)");
   static_assert(Stages <= 2 * kPiecesPerTile,
@@ -75,7 +84,7 @@ struct DecodeConfig {
   static_assert(8 * HeadDim * 4 <= Geometry::kTileBytes, "DecodeConfig: merge area too small");
   static_assert(kSmemBytes <= kSm70MaxSmemBytes,
                 "DecodeConfig: shared memory over the 96 KB an SM70 CTA can have; use fewer "
-                "Warps (fp16 caches with HeadDim 256 take 18 KB a warp)");
+                "Warps (fp16 tiles with HeadDim 256 take 18 KB a warp)");
   static_assert(kWarpBytes % 16 == 0 && kQBytes % 16 == 0, "DecodeConfig: areas must stay aligned");
 };
 

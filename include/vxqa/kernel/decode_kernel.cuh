@@ -26,8 +26,9 @@ namespace vxqa {
 template <class Config>
 struct DecodeCta {
   using Geometry = typename Config::Geometry;
-  using Piece = pipeline::RegisterPiece<Geometry, Config::kPieceTokens>;
-  using Publisher = pipeline::SmemPublisher<Geometry>;
+  using LoadGeometry = typename Config::LoadGeometry;
+  using Piece = pipeline::RegisterPiece<LoadGeometry, Config::kPieceTokens>;
+  using Publisher = pipeline::SmemPublisher<Geometry, LoadGeometry>;
   using Qk = mma::QkConsumer<Geometry>;
   using Pv = mma::PvConsumer<Geometry>;
   using QLayout = pipeline::QTileLayout<Config::kHeadDim>;

@@ -1,18 +1,32 @@
 // vxqa/pipeline/smem_publisher.cuh — stores a register piece into the warp's shared-memory
 // tile in the layout its consumer reads, then publishes it to the warp with __syncwarp.
-// Bytes are stored as loaded (E5M2 stays 1 byte): the consumers convert while reading.
 // The warp owns its tile, so no CTA-wide barrier is needed in the main loop.
+//
+// Where E5M2 becomes fp16 is a policy (ConvertAt): kConsume stores the bytes as loaded and
+// the consumers convert while reading (half the shared memory and store traffic);
+// kPublish converts here, once per element, and the consumers read fp16 tiles.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/e5m2.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 
 namespace vxqa {
 namespace pipeline {
 
+enum class ConvertAt { kConsume, kPublish };
+
 #if VXQA_IS_CUDA_COMPILER
-template <class Geometry>
+// Geometry: the shared-memory tile; LoadGeometry: the rows as loaded from global memory
+// (the same, or 1-byte E5M2 rows published as 2-byte fp16 ones).
+template <class Geometry, class LoadGeometry = Geometry>
 struct SmemPublisher {
+  static constexpr bool kConverts = LoadGeometry::kElemBytesV == 1 && Geometry::kElemBytesV == 2;
+  static_assert(Geometry::kHeadDimV == LoadGeometry::kHeadDimV &&
+                    (kConverts || Geometry::kElemBytesV == LoadGeometry::kElemBytesV),
+                "SmemPublisher: the tile and the loaded rows must hold the same head dim, and "
+                "may differ only by E5M2 -> fp16");
+
   // The warp's tile buffer: Geometry::kTileBytes, 16-byte aligned.
   struct TempStorage {
     alignas(16) uint8_t bytes[Geometry::kTileBytes];
@@ -26,28 +40,40 @@ struct SmemPublisher {
   VXQA_DEVICE void publish() const { __syncwarp(); }
 
   template <int kPieceTokens>
-  VXQA_DEVICE void store_k(const RegisterPiece<Geometry, kPieceTokens>& piece, int first_row) {
+  VXQA_DEVICE void store_k(const RegisterPiece<LoadGeometry, kPieceTokens>& piece, int first_row) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < RegisterPiece<Geometry, kPieceTokens>::kLoadsPerLane; ++i) {
+    for (int i = 0; i < RegisterPiece<LoadGeometry, kPieceTokens>::kLoadsPerLane; ++i) {
       const int row = piece.row_of(first_row, i, lane), c = piece.chunk_of(i, lane);
-      store16(tile + KTileLayout<Geometry>::chunk_offset(row, c), piece.chunk[i]);
+      if (kConverts) {  // 16 codes -> two 16-byte chunks of fp16
+        arch::Bytes16 lo, hi;
+        widen(piece.chunk[i], lo, hi);
+        store16(tile + KTileLayout<Geometry>::chunk_offset(row, 2 * c), lo);
+        store16(tile + KTileLayout<Geometry>::chunk_offset(row, 2 * c + 1), hi);
+      } else {
+        store16(tile + KTileLayout<Geometry>::chunk_offset(row, c), piece.chunk[i]);
+      }
     }
   }
 
   template <int kPieceTokens>
-  VXQA_DEVICE void store_v(const RegisterPiece<Geometry, kPieceTokens>& piece, int first_row) {
+  VXQA_DEVICE void store_v(const RegisterPiece<LoadGeometry, kPieceTokens>& piece, int first_row) {
     using Layout = VTileLayout<Geometry>;
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < RegisterPiece<Geometry, kPieceTokens>::kLoadsPerLane; ++i) {
-      const int row = piece.row_of(first_row, i, lane), byte = 16 * piece.chunk_of(i, lane);
-      const arch::Bytes16& c = piece.chunk[i];
-      if (Layout::kGranule == 16) {
-        store16(tile + Layout::granule_offset(row, byte), c);
+    for (int i = 0; i < RegisterPiece<LoadGeometry, kPieceTokens>::kLoadsPerLane; ++i) {
+      const int row = piece.row_of(first_row, i, lane), c = piece.chunk_of(i, lane);
+      if (kConverts) {  // fp16 spans are at least 16 bytes: whole granules
+        arch::Bytes16 lo, hi;
+        widen(piece.chunk[i], lo, hi);
+        store16(tile + Layout::granule_offset(row, 32 * c), lo);
+        store16(tile + Layout::granule_offset(row, 32 * c + 16), hi);
+      } else if (Layout::kGranule == 16) {
+        store16(tile + Layout::granule_offset(row, 16 * c), piece.chunk[i]);
       } else {  // two 8-byte slots, each to its own swizzled place
-        store8(tile + Layout::granule_offset(row, byte), c.w[0], c.w[1]);
-        store8(tile + Layout::granule_offset(row, byte + 8), c.w[2], c.w[3]);
+        const arch::Bytes16& b = piece.chunk[i];
+        store8(tile + Layout::granule_offset(row, 16 * c), b.w[0], b.w[1]);
+        store8(tile + Layout::granule_offset(row, 16 * c + 8), b.w[2], b.w[3]);
       }
     }
   }
@@ -58,6 +84,16 @@ struct SmemPublisher {
   }
   VXQA_DEVICE static void store8(uint8_t* dst, uint32_t a, uint32_t b) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(a, b);
+  }
+  // 16 E5M2 codes -> 16 fp16: codes 0..7 in `lo`, 8..15 in `hi`.
+  VXQA_DEVICE static void widen(const arch::Bytes16& codes, arch::Bytes16& lo, arch::Bytes16& hi) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint2 h = e5m2x4_to_half2x2_bits(codes.w[w]);
+      arch::Bytes16& dst = w < 2 ? lo : hi;
+      dst.w[(w & 1) * 2] = h.x;
+      dst.w[(w & 1) * 2 + 1] = h.y;
+    }
   }
 };
 #endif

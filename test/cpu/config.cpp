@@ -1,0 +1,233 @@
+// DecodeConfig's derived constants (checked at compile time against numbers worked out by
+// hand from the shared-memory map: Q tile, then per warp [K/V tile | S | P | alpha]), and
+// the split plan's arithmetic: choose_chunk_tokens and plan_workspace_bytes.
+#include <catch2/catch.hpp>
+
+#include <vxqa/kernel/config.cuh>
+#include <vxqa/kernel/split_plan.cuh>
+#include <vxqa/pipeline/smem_layout.cuh>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace {
+
+using vxqa::DecodeConfig;
+using vxqa::KvType;
+
+// ---------------------------------------------------------------------------------------
+// Derived constants
+// ---------------------------------------------------------------------------------------
+
+// The shared-memory formula, from the sizes of its parts spelled out:
+//   Q tile       8 rows of (2D + 16) bytes
+//   K/V tile     32 tokens x D x elem bytes
+//   S            8 x 36 floats  = 1152 bytes
+//   P            8 x 40 halves  =  640 bytes
+//   alpha        16 floats      =   64 bytes
+constexpr int smem_formula(int d, int elem_bytes, int warps) {
+  return 8 * (2 * d + 16) + warps * (32 * d * elem_bytes + 1152 + 640 + 64);
+}
+static_assert(smem_formula(256, 2, 5) <= 96 * 1024, "D256 fp16 fits 5 warps");
+static_assert(smem_formula(256, 2, 6) > 96 * 1024, "but not 6");
+static_assert(smem_formula(256, 2, 8) == 150144 && smem_formula(256, 2, 8) > vxqa::kSm70MaxSmemBytes,
+              "DecodeConfig<256, kFp16, 8> (test/compile_fail/smem_over_budget.cu) is over the budget");
+static_assert(vxqa::kSm70MaxSmemBytes == 98304, "96 KB");
+
+template <class C, int kD, KvType kKv, int kWarps, int kStages, int kPage, int kExpectSmem, int kExpectPieceTokens>
+constexpr bool check_config() {
+  constexpr int eb = kKv == KvType::kE5M2 ? 1 : 2;
+  static_assert(C::kHeadDim == kD && C::kKv == kKv && C::kWarps == kWarps && C::kStages == kStages &&
+                    C::kPageSize == kPage,
+                "the parameters come back");
+  static_assert(C::kElemBytes == eb, "elem bytes");
+  static_assert(C::kThreads == 32 * kWarps, "a warp is 32 threads");
+  static_assert(C::kCtaTokens == 32 * kWarps, "each warp takes a 32-token tile per round");
+  static_assert(C::kHeadsPerCta == 8 && C::kMaxGroup == 16, "one M tile of 8 heads, groups up to 16");
+  static_assert(std::is_same<typename C::Geometry, vxqa::pipeline::WarpTileGeometry<kD, eb>>::value,
+                "geometry");
+  static_assert(std::is_same<typename C::LoadPolicy, vxqa::pipeline::Sm70RegisterStaged<kStages>>::value,
+                "load policy");
+  // Pieces: at most 8 KB of a warp's tile per register stage.
+  static_assert(C::kPieceTokens == kExpectPieceTokens, "piece tokens");
+  static_assert(C::kPieceTokens * kD * eb <= 8192, "a piece is at most 8 KB a warp (64 registers a lane)");
+  static_assert(C::kPiecesPerTile * C::kPieceTokens == 32, "pieces tile a 32-token tile");
+  static_assert((2 * C::kPiecesPerTile) % kStages == 0 && kStages <= 2 * C::kPiecesPerTile, "stages");
+  // The shared-memory map.
+  static_assert(C::kQBytes == 8 * (2 * kD + 16), "Q tile");
+  static_assert(C::kWarpTileOffset == 0, "tile first");
+  static_assert(C::kWarpScoreOffset == 32 * kD * eb, "S after the tile");
+  static_assert(C::kWarpProbOffset == C::kWarpScoreOffset + 1152, "P after S");
+  static_assert(C::kWarpAlphaOffset == C::kWarpProbOffset + 640, "alpha after P");
+  static_assert(C::kWarpBytes == C::kWarpAlphaOffset + 64, "warp area");
+  static_assert(C::kSmemBytes == C::kQBytes + kWarps * C::kWarpBytes, "Q + warps");
+  static_assert(C::kSmemBytes == smem_formula(kD, eb, kWarps), "the formula");
+  static_assert(C::kSmemBytes == kExpectSmem, "the number worked out by hand");
+  static_assert(C::kSmemBytes <= vxqa::kSm70MaxSmemBytes, "within 96 KB");
+  // 16-byte accesses need every area 16-byte aligned; the merge reuses tile and S.
+  static_assert(C::kQBytes % 16 == 0 && C::kWarpBytes % 16 == 0 && C::kWarpScoreOffset % 16 == 0 &&
+                    C::kWarpProbOffset % 16 == 0 && C::kWarpAlphaOffset % 16 == 0,
+                "aligned areas");
+  static_assert(8 * kD * 4 <= C::kWarpScoreOffset, "merge O (8 x D fp32) fits the tile");
+  static_assert(16 * 4 <= C::kWarpProbOffset - C::kWarpScoreOffset, "merge (m, l) fits S");
+  return true;
+}
+
+//                                      D    kv              W  S  page   smem   piece
+static_assert(check_config<DecodeConfig<64, KvType::kE5M2>, 64, KvType::kE5M2, 4, 1, 0, 16768, 32>(), "");
+static_assert(check_config<DecodeConfig<128, KvType::kE5M2>, 128, KvType::kE5M2, 4, 1, 0, 25984, 32>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kE5M2>, 256, KvType::kE5M2, 4, 1, 0, 44416, 32>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kE5M2, 8, 2, 800>, 256, KvType::kE5M2, 8, 2, 800, 84608, 32>(), "");
+static_assert(check_config<DecodeConfig<64, KvType::kFp16, 1>, 64, KvType::kFp16, 1, 1, 0, 7104, 32>(), "");
+static_assert(check_config<DecodeConfig<128, KvType::kFp16, 8, 2>, 128, KvType::kFp16, 8, 2, 0, 82560, 32>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kFp16, 4, 4, 16>, 256, KvType::kFp16, 4, 4, 16, 77184, 16>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kFp16, 5, 2>, 256, KvType::kFp16, 5, 2, 0, 95424, 16>(), "");
+static_assert(DecodeConfig<256, KvType::kFp16>::kPiecesPerTile == 2, "D256 fp16: two 16-token pieces");
+static_assert(DecodeConfig<128, KvType::kFp16>::kPiecesPerTile == 1, "D128 fp16: 8 KB tile, one piece");
+
+// ---------------------------------------------------------------------------------------
+// choose_chunk_tokens
+// ---------------------------------------------------------------------------------------
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct ChunkCase {
+  int batch, context, head_tiles, cta, target;
+};
+
+template <class F>
+void for_each_case(F&& f) {
+  for (int batch : {1, 2, 3, 8, 16, 64})
+    for (int context : {1, 31, 32, 100, 128, 129, 1000, 4096, 8192, 17800, 65536, 262144})
+      for (int head_tiles : {1, 2, 8})
+        for (int cta : {32, 64, 128, 256})
+          for (int target : {1, 80, 320, 528, 100000}) f(ChunkCase{batch, context, head_tiles, cta, target});
+}
+
+}  // namespace
+
+TEST_CASE("choose_chunk_tokens: a multiple of the CTA tokens, at most 64 of them", "[config]") {
+  for_each_case([](const ChunkCase& c) {
+    const int chunk = vxqa::choose_chunk_tokens(c.batch, c.context, c.head_tiles, c.cta, c.target);
+    INFO("B " << c.batch << " ctx " << c.context << " tiles " << c.head_tiles << " cta " << c.cta << " target "
+              << c.target << " -> " << chunk);
+    REQUIRE(chunk % c.cta == 0);
+    REQUIRE(chunk >= c.cta);
+    REQUIRE(chunk <= 64 * c.cta);
+    // Never a chunk longer than needed to cover the context in one (except the minimum).
+    REQUIRE((chunk == c.cta || chunk < c.context + c.cta));
+  });
+}
+
+TEST_CASE("choose_chunk_tokens: the largest chunk that still reaches the target", "[config]") {
+  for_each_case([](const ChunkCase& c) {
+    const int chunk = vxqa::choose_chunk_tokens(c.batch, c.context, c.head_tiles, c.cta, c.target);
+    INFO("B " << c.batch << " ctx " << c.context << " tiles " << c.head_tiles << " cta " << c.cta << " target "
+              << c.target << " -> " << chunk);
+    const int64_t per_chunk = int64_t(c.batch) * c.head_tiles;
+    const bool reachable = ceil_div(c.context, c.cta) * per_chunk >= c.target;
+    if (reachable) {
+      REQUIRE(ceil_div(c.context, chunk) * per_chunk >= c.target);
+      // One more multiple would fall short (or is past the cap / the whole context).
+      if (chunk < 64 * c.cta && chunk < c.context)
+        REQUIRE(ceil_div(c.context, chunk + c.cta) * per_chunk < c.target);
+    } else {
+      REQUIRE(chunk == c.cta);  // as many CTAs as there can be
+    }
+  });
+}
+
+TEST_CASE("choose_chunk_tokens: one chunk when the context is small or the grid already full", "[config]") {
+  for (int cta : {32, 128, 256})
+    for (int context : {1, cta / 2, cta}) {
+      INFO("cta " << cta << " ctx " << context);
+      CHECK(vxqa::choose_chunk_tokens(16, context, 1, cta, 320) == cta);
+      CHECK(vxqa::choose_chunk_tokens(1, context, 1, cta, 1) == cta);
+    }
+  // Batch x heads alone reach the target: no split up to 64 CTA rounds of context.
+  for (int context : {129, 1000, 4096, 8192}) {
+    INFO("ctx " << context);
+    const int chunk = vxqa::choose_chunk_tokens(64, context, 8, 128, 320);
+    CHECK(ceil_div(context, chunk) == 1);
+  }
+  // Beyond 64 rounds the chunk is capped and the context split.
+  CHECK(vxqa::choose_chunk_tokens(64, 100000, 8, 128, 320) == 64 * 128);
+}
+
+TEST_CASE("choose_chunk_tokens: monotone in context, batch, heads and target", "[config]") {
+  for (int cta : {32, 128, 256})
+    for (int target : {80, 320, 528})
+      for (int batch : {1, 3, 16}) {
+        int previous = 0;
+        for (int context = 1; context <= 40000; context += 37) {
+          const int chunk = vxqa::choose_chunk_tokens(batch, context, 1, cta, target);
+          INFO("cta " << cta << " target " << target << " B " << batch << " ctx " << context);
+          REQUIRE(chunk >= previous);  // more context never gives a smaller chunk
+          previous = chunk;
+        }
+      }
+  for (int context : {100, 4096, 17800, 262144})
+    for (int cta : {64, 128}) {
+      INFO("ctx " << context << " cta " << cta);
+      int previous = 0;
+      for (int batch = 1; batch <= 64; ++batch) {
+        const int chunk = vxqa::choose_chunk_tokens(batch, context, 2, cta, 320);
+        REQUIRE(chunk >= previous);  // more sequences never split finer
+        previous = chunk;
+      }
+      previous = 0;
+      for (int tiles = 1; tiles <= 32; ++tiles) {
+        const int chunk = vxqa::choose_chunk_tokens(4, context, tiles, cta, 320);
+        REQUIRE(chunk >= previous);
+        previous = chunk;
+      }
+      previous = 1 << 30;
+      for (int target = 1; target <= 2000; target += 7) {
+        const int chunk = vxqa::choose_chunk_tokens(4, context, 2, cta, target);
+        REQUIRE(chunk <= previous);  // a higher CTA target never gives a coarser split
+        previous = chunk;
+      }
+    }
+}
+
+TEST_CASE("choose_chunk_tokens: worked examples", "[config]") {
+  // Qwen shape on a V100 (80 SMs, 4 CTAs per SM): B16, 17800 tokens, one KV head tile,
+  // 4 warps (128 tokens a round): 20 chunks reach 320 CTAs; 896 = 7 x 128 gives 20, 1024 gives 18.
+  CHECK(vxqa::choose_chunk_tokens(16, 17800, 1, 128, 320) == 896);
+  // B1 x 64K on 132 SMs: the smallest chunk cannot reach 528 CTAs either way.
+  CHECK(vxqa::choose_chunk_tokens(1, 65536, 1, 128, 528) == 128);
+  // B1 x 256K: 2048 chunks of 128 is plenty; 496 = ceil(262144 / 528) -> chunk 384 (683 chunks),
+  // 512 gives 512 chunks < 528.
+  CHECK(vxqa::choose_chunk_tokens(1, 262144, 1, 128, 528) == 384);
+}
+
+TEST_CASE("plan_workspace_bytes: error word, padded partial LSE, partial O", "[config]") {
+  // One chunk: only the error word (its 256-byte slot).
+  for (int batch : {1, 16, 1000})
+    for (int d : {64, 128, 256}) CHECK(vxqa::plan_workspace_bytes(batch, 48, 1, d) == 256);
+  // Worked by hand.
+  CHECK(vxqa::plan_workspace_bytes(1, 1, 2, 64) == 256 + 256 + 2 * 64 * 4);                  // 1024
+  CHECK(vxqa::plan_workspace_bytes(16, 6, 20, 256) == 256 + 7680 + size_t(1920) * 256 * 4);  // 1974016
+  CHECK(vxqa::plan_workspace_bytes(16, 6, 20, 256) == 1974016);
+  CHECK(vxqa::plan_workspace_bytes(3, 7, 5, 128) == 256 + 512 + size_t(105) * 128 * 4);  // 105 slots: 420 -> 512
+  // Past 4 GiB without wrapping.
+  CHECK(vxqa::plan_workspace_bytes(256, 64, 2048, 256) == size_t(34493956352ull));
+
+  // The layout the kernel args use (api/decode.cuh make_decode_args): partial LSE at 256,
+  // partial O at 256 + the LSE area rounded up to 256 bytes, ending at the workspace size.
+  for (int batch : {1, 2, 7, 16})
+    for (int heads : {1, 6, 48})
+      for (int chunks : {2, 3, 31, 512})
+        for (int d : {64, 128, 256}) {
+          const size_t slots = size_t(batch) * heads * chunks;
+          const size_t lse_end = 256 + slots * 4;
+          const size_t o_begin = 256 + (slots * 4 + 255) / 256 * 256;
+          const size_t total = vxqa::plan_workspace_bytes(batch, heads, chunks, d);
+          INFO("B " << batch << " heads " << heads << " chunks " << chunks << " D " << d);
+          REQUIRE(o_begin % 256 == 0);
+          REQUIRE(o_begin >= lse_end);
+          REQUIRE(o_begin - lse_end < 256);
+          REQUIRE(total == o_begin + slots * d * 4);
+          REQUIRE(total > vxqa::plan_workspace_bytes(batch, heads, chunks - 1, d));
+        }
+}

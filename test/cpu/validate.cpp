@@ -1,0 +1,401 @@
+// vxqa::validate<Config>: a valid decode step passes, and every field broken alone is
+// rejected with a status that names that field and says why.
+//
+// The plan is built the way vxqa::make_decode_plan<Config> builds it (api/decode.cuh includes
+// the kernels and CUB, so it needs nvcc; make_plan below repeats its arithmetic with the
+// host-usable choose_chunk_tokens and plan_workspace_bytes). Pointers are fake, aligned and
+// never dereferenced: validate must not read device memory.
+#include <catch2/catch.hpp>
+
+#include <vxqa/api/params.cuh>
+#include <vxqa/api/validate.cuh>
+#include <vxqa/kernel/config.cuh>
+#include <vxqa/kernel/split_plan.cuh>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace vxqa;
+
+// A device address that is never dereferenced; 4 KB aligned unless offset.
+template <class T = void>
+T* fake(uintptr_t base, uintptr_t offset_bytes = 0) {
+  return reinterpret_cast<T*>(base + offset_bytes);
+}
+template <class T>
+T* nudge(T* p, uintptr_t bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) + bytes);
+}
+template <class T>
+const T* nudge(const T* p, uintptr_t bytes) {
+  return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) + bytes);
+}
+
+// make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sm_count, &plan)
+// with chunk_tokens = 0 (auto), step for step.
+template <class Config>
+DecodePlan make_plan(int max_batch, int max_context, int num_kv_heads, int group_size, int sm_count) {
+  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  DecodePlan p;
+  p.max_batch = max_batch;
+  p.max_context = max_context;
+  p.num_kv_heads = num_kv_heads;
+  p.group_size = group_size;
+  p.chunk_tokens = choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kCtaTokens,
+                                       4 * sm_count);
+  p.num_chunks = (max_context + p.chunk_tokens - 1) / p.chunk_tokens;
+  p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks, Config::kHeadDim);
+  return p;
+}
+
+// One valid decode step: 8 sequences (capacity 8), 2 KV heads, G = 6, context up to 4096.
+struct Step {
+  DecodeParams params;
+  DecodePlan plan;
+  const void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::vector<int32_t> host_lens;
+};
+
+template <class Config>
+Step valid_step(int page_size = Config::kPageSize ? Config::kPageSize : 16) {
+  constexpr int D = Config::kHeadDim, kMaxBatch = 8, kMaxContext = 4096, kHkv = 2, kGroup = 6;
+  Step s;
+  s.plan = make_plan<Config>(kMaxBatch, kMaxContext, kHkv, kGroup, 80);
+  DecodeParams& p = s.params;
+  p.q = fake(0x7f0000010000);
+  p.q_head_stride = D;
+  p.q_batch_stride = int64_t(kHkv) * kGroup * D;
+  p.out = fake(0x7f0000020000);
+  p.out_head_stride = D;
+  p.out_batch_stride = int64_t(kHkv) * kGroup * D;
+  p.lse = fake<float>(0x7f0000030000);
+  p.k_cache = fake(0x7f0001000000);
+  p.v_cache = fake(0x7f0002000000);
+  p.head_stride = D;
+  p.token_stride = int64_t(kHkv) * D;
+  p.page_stride = int64_t(page_size) * kHkv * D;
+  p.page_size = page_size;
+  p.max_pages_per_seq = (kMaxContext + page_size - 1) / page_size;
+  p.block_table = fake<const int32_t>(0x7f0000040000);
+  p.block_table_stride = p.max_pages_per_seq;
+  p.seq_lens = fake<const int32_t>(0x7f0000050000);
+  p.batch = kMaxBatch;
+  p.num_kv_heads = kHkv;
+  p.group_size = kGroup;
+  p.head_dim = D;
+  p.k_scale = 0.5f;
+  p.v_scale = 2.f;
+  p.softmax_scale = 1.f / std::sqrt(float(D));
+  s.workspace = fake(0x7f0004000000);
+  s.workspace_bytes = s.plan.workspace_bytes;
+  s.host_lens = {0, 1, 17, 800, 4095, 4096, 3000, 2};
+  return s;
+}
+
+template <class Config>
+Status run(const Step& s, bool with_host_lens = true) {
+  return validate<Config>(s.params, s.plan, s.workspace, s.workspace_bytes,
+                          with_host_lens ? s.host_lens.data() : nullptr);
+}
+
+struct Breakage {
+  std::string what;   // what is broken
+  std::string field;  // the field the status must name
+  std::function<void(Step&)> apply;
+};
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Every field broken alone, for a Config with elements of `eb` bytes.
+template <class Config>
+std::vector<Breakage> breakages() {
+  constexpr int eb = Config::kElemBytes, D = Config::kHeadDim;
+  constexpr int64_t half16 = 8 / eb;  // 8 bytes of cache elements: not a multiple of 16 bytes
+  std::vector<Breakage> b = {
+      // Null pointers (lse may be null: see the valid cases).
+      {"q null", "q", [](Step& s) { s.params.q = nullptr; }},
+      {"out null", "out", [](Step& s) { s.params.out = nullptr; }},
+      {"k_cache null", "k_cache", [](Step& s) { s.params.k_cache = nullptr; }},
+      {"v_cache null", "v_cache", [](Step& s) { s.params.v_cache = nullptr; }},
+      {"block_table null", "block_table", [](Step& s) { s.params.block_table = nullptr; }},
+      {"seq_lens null", "seq_lens", [](Step& s) { s.params.seq_lens = nullptr; }},
+      {"workspace null", "workspace", [](Step& s) { s.workspace = nullptr; }},
+      // Misaligned pointers: 8 bytes off for 16-byte loads, 1/2 bytes off for 2/4-byte
+      // stores, 16 bytes off for the 256-byte workspace.
+      {"q 8 bytes off", "q", [](Step& s) { s.params.q = nudge(s.params.q, 8); }},
+      {"q 2 bytes off", "q", [](Step& s) { s.params.q = nudge(s.params.q, 2); }},
+      {"k_cache 8 bytes off", "k_cache", [](Step& s) { s.params.k_cache = nudge(s.params.k_cache, 8); }},
+      {"k_cache 1 byte off", "k_cache", [](Step& s) { s.params.k_cache = nudge(s.params.k_cache, 1); }},
+      {"v_cache 8 bytes off", "v_cache", [](Step& s) { s.params.v_cache = nudge(s.params.v_cache, 8); }},
+      {"v_cache 4 bytes off", "v_cache", [](Step& s) { s.params.v_cache = nudge(s.params.v_cache, 4); }},
+      {"out 1 byte off", "out", [](Step& s) { s.params.out = nudge(s.params.out, 1); }},
+      {"lse 2 bytes off", "lse", [](Step& s) { s.params.lse = nudge(s.params.lse, 2); }},
+      {"workspace 16 bytes off", "workspace", [](Step& s) { s.workspace = nudge(s.workspace, 16); }},
+      {"workspace 128 bytes off", "workspace", [](Step& s) { s.workspace = nudge(s.workspace, 128); }},
+      {"block_table 2 bytes off", "block_table",
+       [](Step& s) { s.params.block_table = nudge(s.params.block_table, 2); }},
+      {"seq_lens 2 bytes off", "seq_lens", [](Step& s) { s.params.seq_lens = nudge(s.params.seq_lens, 2); }},
+      // Cache strides that are not multiples of 16 bytes.
+      {"page_stride + 8 bytes", "page_stride", [=](Step& s) { s.params.page_stride += half16; }},
+      {"token_stride + 8 bytes", "token_stride", [=](Step& s) { s.params.token_stride += half16; }},
+      {"head_stride + 8 bytes", "head_stride", [=](Step& s) { s.params.head_stride += half16; }},
+      {"head_stride + 1 element", "head_stride", [=](Step& s) { s.params.head_stride += 1; }},
+      // q rows: 16-byte aligned rows, at least D apart; out rows at least D apart.
+      {"q_head_stride + 4 halves", "q_head_stride", [](Step& s) { s.params.q_head_stride += 4; }},
+      {"q_head_stride < head_dim", "q_head_stride", [=](Step& s) { s.params.q_head_stride = D - 8; }},
+      {"out_head_stride < head_dim", "out_head_stride", [=](Step& s) { s.params.out_head_stride = D - 1; }},
+      // Shapes.
+      {"head_dim mismatch", "head_dim", [=](Step& s) { s.params.head_dim = D == 128 ? 64 : 128; }},
+      {"head_dim 0", "head_dim", [](Step& s) { s.params.head_dim = 0; }},
+      {"group_size 0", "group_size", [](Step& s) { s.params.group_size = 0; }},
+      {"group_size 17", "group_size", [](Step& s) { s.params.group_size = 17; }},
+      {"group_size differs from the plan", "group_size", [](Step& s) { s.params.group_size = 5; }},
+      {"num_kv_heads 0", "num_kv_heads", [](Step& s) { s.params.num_kv_heads = 0; }},
+      {"num_kv_heads differs from the plan", "num_kv_heads", [](Step& s) { s.params.num_kv_heads = 3; }},
+      {"batch 0", "batch", [](Step& s) { s.params.batch = 0; }},
+      {"batch > plan.max_batch", "batch", [](Step& s) { s.params.batch = s.plan.max_batch + 1; }},
+      {"page_size 0", "page_size", [](Step& s) { s.params.page_size = 0; }},
+      {"page_size -16", "page_size", [](Step& s) { s.params.page_size = -16; }},
+      // Block table.
+      {"block table too short", "max_pages_per_seq", [](Step& s) {
+         s.params.max_pages_per_seq = (s.plan.max_context - 1) / s.params.page_size;
+         REQUIRE(int64_t(s.params.max_pages_per_seq) * s.params.page_size < s.plan.max_context);
+       }},
+      {"max_pages_per_seq 0", "max_pages_per_seq", [](Step& s) { s.params.max_pages_per_seq = 0; }},
+      {"block_table_stride < max_pages_per_seq", "block_table_stride",
+       [](Step& s) { s.params.block_table_stride = s.params.max_pages_per_seq - 1; }},
+      {"block_table_stride 0", "block_table_stride", [](Step& s) { s.params.block_table_stride = 0; }},
+      // Workspace.
+      {"workspace_bytes one short", "workspace_bytes", [](Step& s) { s.workspace_bytes -= 1; }},
+      {"workspace_bytes 0", "workspace_bytes", [](Step& s) { s.workspace_bytes = 0; }},
+      // Host copy of the lengths.
+      {"seq_lens[3] = -1", "seq_lens", [](Step& s) { s.host_lens[3] = -1; }},
+      {"seq_lens[7] = INT_MIN", "seq_lens", [](Step& s) { s.host_lens[7] = std::numeric_limits<int32_t>::min(); }},
+      {"seq_lens[0] > max_context", "seq_lens", [](Step& s) { s.host_lens[0] = s.plan.max_context + 1; }},
+      // Plan.
+      {"plan.chunk_tokens not a multiple of kCtaTokens", "plan.chunk_tokens",
+       [](Step& s) { s.plan.chunk_tokens += Config::kCtaTokens / 2; }},
+      {"plan.chunk_tokens 0", "plan.chunk_tokens", [](Step& s) { s.plan.chunk_tokens = 0; }},
+      {"plan.chunk_tokens < kCtaTokens", "plan.chunk_tokens",
+       [](Step& s) { s.plan.chunk_tokens = Config::kCtaTokens / 2; }},
+      {"plan.chunk_tokens negative", "plan.chunk_tokens",
+       [](Step& s) { s.plan.chunk_tokens = -Config::kCtaTokens; }},
+      {"plan.num_chunks one too many", "plan.num_chunks", [](Step& s) { s.plan.num_chunks += 1; }},
+      {"plan.num_chunks one too few", "plan.num_chunks", [](Step& s) { s.plan.num_chunks -= 1; }},
+      {"plan.num_chunks 0", "plan.num_chunks", [](Step& s) { s.plan.num_chunks = 0; }},
+      {"plan.max_batch 0", "plan.max_batch", [](Step& s) { s.plan.max_batch = 0; }},
+      {"plan.max_context 0", "plan.max_context", [](Step& s) { s.plan.max_context = 0; }},
+  };
+  // Scales: NaN, ±inf, 0, -0, negative.
+  struct Scale {
+    const char* field;
+    float DecodeParams::*member;
+  };
+  for (const Scale scale : {Scale{"k_scale", &DecodeParams::k_scale}, Scale{"v_scale", &DecodeParams::v_scale},
+                            Scale{"softmax_scale", &DecodeParams::softmax_scale}}) {
+    for (const float bad : {kNaN, kInf, -kInf, 0.f, -0.f, -1.f}) {
+      const auto member = scale.member;
+      b.push_back({std::string(scale.field) + " = " + std::to_string(bad), scale.field,
+                   [=](Step& s) { s.params.*member = bad; }});
+    }
+  }
+  return b;
+}
+
+template <class Config>
+void check_every_field(int page_size) {
+  INFO("Config: D " << Config::kHeadDim << ", " << KvTraits<Config::kKv>::kName << ", " << Config::kWarps
+                    << " warps, page " << Config::kPageSize << "; run-time page_size " << page_size);
+  {
+    const Step s = valid_step<Config>(page_size);
+    const Status ok = run<Config>(s);
+    INFO("valid step: " << ok.message());
+    REQUIRE(ok.ok());
+    REQUIRE(ok.code() == StatusCode::kOk);
+    REQUIRE(ok.field().empty());
+    REQUIRE(ok.message().empty());
+    REQUIRE(s.plan.num_chunks > 1);  // so that the workspace holds partials and can be short
+  }
+  for (const Breakage& b : breakages<Config>()) {
+    Step s = valid_step<Config>(page_size);
+    b.apply(s);
+    const Status st = run<Config>(s);
+    INFO("broken: " << b.what << " -> " << st.message());
+    CHECK_FALSE(st.ok());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.field() == b.field);
+    CHECK(st.message().size() > b.field.size() + 2);  // "field: why", the why non-empty
+    CHECK(st.message().rfind(b.field + ": ", 0) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("validate: a valid step passes; every field broken alone is named, E5M2 D128", "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  check_every_field<Config>(16);
+  check_every_field<Config>(800);
+  check_every_field<Config>(1);
+}
+
+TEST_CASE("validate: every field, fp16 D256 2 stages", "[validate]") {
+  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 2>>(16);
+  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 2>>(784);
+}
+
+TEST_CASE("validate: every field, E5M2 D64 with a compile-time page of 16", "[validate]") {
+  using Config = DecodeConfig<64, KvType::kE5M2, 2, 1, 16>;
+  check_every_field<Config>(16);
+}
+
+TEST_CASE("validate: a page size other than the Config's compile-time one is rejected", "[validate]") {
+  using Config = DecodeConfig<64, KvType::kE5M2, 2, 1, 16>;
+  for (const int page_size : {8, 17, 32, 800}) {
+    INFO("page_size " << page_size);
+    Step s = valid_step<Config>(16);
+    s.params.page_size = page_size;
+    s.params.page_stride = int64_t(page_size) * s.params.token_stride;
+    s.params.max_pages_per_seq = (s.plan.max_context + page_size - 1) / page_size;
+    s.params.block_table_stride = s.params.max_pages_per_seq;
+    const Status st = run<Config>(s);
+    CHECK_FALSE(st.ok());
+    CHECK(st.field() == "page_size");
+    CHECK_FALSE(st.message().empty());
+    // The same step is fine for a run-time page Config.
+    CHECK(run<DecodeConfig<64, KvType::kE5M2, 2, 1, 0>>(s).ok());
+  }
+}
+
+TEST_CASE("validate: what is allowed stays allowed", "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  auto expect_ok = [](const char* what, const Step& s, bool with_host_lens = true) {
+    const Status st = run<Config>(s, with_host_lens);
+    INFO(what << ": " << st.message());
+    CHECK(st.ok());
+  };
+  Step s = valid_step<Config>();
+  s.params.lse = nullptr;
+  expect_ok("lse null", s);
+
+  s = valid_step<Config>();
+  expect_ok("no host copy of the lengths", s, false);
+  s.host_lens.assign(8, -5);
+  expect_ok("bad host lengths are not read without the pointer", s, false);
+
+  s = valid_step<Config>();
+  s.params.batch = 3;
+  s.host_lens[5] = -1;  // past the batch: not read
+  expect_ok("batch below capacity, lengths past it ignored", s);
+
+  s = valid_step<Config>();
+  s.params.batch = 1;
+  s.params.block_table_stride = 0;  // one row: its stride is never used
+  expect_ok("one sequence, block table stride 0", s);
+
+  s = valid_step<Config>();
+  s.workspace_bytes = s.plan.workspace_bytes + 1000;
+  expect_ok("more workspace than needed", s);
+
+  s = valid_step<Config>();
+  s.params.q_head_stride = 3 * 128 + 8;  // padded rows, 16-byte aligned
+  s.params.q_batch_stride = 12 * s.params.q_head_stride;
+  s.params.out_head_stride = 129;  // out is written 2 bytes at a time
+  s.params.out_batch_stride = 12 * 129 + 1;
+  s.params.lse = nudge(s.params.lse, 4);
+  expect_ok("padded q and out rows, lse 4-byte aligned", s);
+
+  s = valid_step<Config>();
+  s.params.head_stride = 128 + 16;  // padded head rows, vLLM [pages, 2, page, Hkv, D] strides
+  s.params.token_stride = 2 * s.params.head_stride;
+  s.params.page_stride = 2 * 16 * s.params.token_stride;
+  s.params.max_pages_per_seq = 300;  // longer than needed
+  s.params.block_table_stride = 512;
+  s.params.k_scale = 1e-20f;
+  s.params.softmax_scale = 1e20f;
+  expect_ok("padded cache strides, longer block table, extreme finite scales", s);
+
+  s = valid_step<Config>();
+  s.host_lens.assign(8, s.plan.max_context);
+  expect_ok("every length at max_context", s);
+  s.host_lens.assign(8, 0);
+  expect_ok("every length 0", s);
+}
+
+TEST_CASE("validate: a q_batch_stride that breaks 16-byte q rows is rejected", "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  for (const int64_t delta : {1, 2, 4, -4}) {
+    Step s = valid_step<Config>();
+    s.params.q_batch_stride += delta;
+    const Status st = run<Config>(s);
+    INFO("q_batch_stride + " << delta << " -> " << st.message());
+    CHECK_FALSE(st.ok());
+    CHECK(st.field() == "q_batch_stride");
+    CHECK_FALSE(st.message().empty());
+  }
+}
+
+TEST_CASE("validate: the first problem is reported when several fields are bad", "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  Step s = valid_step<Config>();
+  s.params.q = nullptr;
+  s.params.k_scale = kNaN;
+  s.workspace = nullptr;
+  const Status st = run<Config>(s);
+  CHECK_FALSE(st.ok());
+  CHECK((st.field() == "q" || st.field() == "k_scale" || st.field() == "workspace"));
+}
+
+TEST_CASE("the hand-built plan is one validate accepts, for several Configs and capacities", "[validate]") {
+  auto check = [](auto config_tag, int max_batch, int max_context, int hkv, int group, int sms) {
+    using Config = decltype(config_tag);
+    const DecodePlan plan = make_plan<Config>(max_batch, max_context, hkv, group, sms);
+    INFO("D " << Config::kHeadDim << " warps " << Config::kWarps << ", B " << max_batch << " ctx " << max_context
+              << " Hkv " << hkv << " G " << group << " SMs " << sms << ": chunk " << plan.chunk_tokens);
+    const Status st = validate_plan<Config>(plan);
+    CHECK(st.ok());
+    CHECK(plan.chunk_tokens % Config::kCtaTokens == 0);
+    CHECK(int64_t(plan.num_chunks) * plan.chunk_tokens >= max_context);
+    CHECK(int64_t(plan.num_chunks - 1) * plan.chunk_tokens < max_context);
+  };
+  for (const int ctx : {1, 127, 128, 129, 4096, 17800, 262144})
+    for (const int batch : {1, 4, 16}) {
+      check(DecodeConfig<256, KvType::kE5M2>{}, batch, ctx, 1, 6, 80);
+      check(DecodeConfig<128, KvType::kFp16, 2>{}, batch, ctx, 8, 16, 132);
+      check(DecodeConfig<64, KvType::kE5M2, 8, 1, 16>{}, batch, ctx, 4, 1, 1);
+    }
+}
+
+TEST_CASE("validate names q_batch_stride when the batch stride breaks 16-byte q rows",
+          "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  Step s = valid_step<Config>();
+  s.params.q_batch_stride += 4;  // 8 bytes: rows of sequence 1.. misaligned
+  const Status st = run<Config>(s);
+  REQUIRE_FALSE(st.ok());  // rejected (also checked above); only the name is wrong
+  CHECK(st.field() == "q_batch_stride");
+}
+
+TEST_CASE("validate rejects a plan whose workspace is too small for this Config's head dim",
+          "[validate]") {
+  // A plan made for D = 128 launched with a D = 256 Config (same kCtaTokens): every check
+  // passes, the workspace it sizes holds half the partial O the kernel writes.
+  using Small = DecodeConfig<128, KvType::kE5M2>;
+  using Big = DecodeConfig<256, KvType::kE5M2>;
+  static_assert(Small::kCtaTokens == Big::kCtaTokens, "same chunking");
+  Step s = valid_step<Big>();
+  s.plan = make_plan<Small>(8, 4096, 2, 6, 80);
+  s.workspace_bytes = s.plan.workspace_bytes;
+  REQUIRE(s.plan.num_chunks > 1);
+  REQUIRE(s.workspace_bytes < plan_workspace_bytes(8, 12, s.plan.num_chunks, Big::kHeadDim));
+  const Status st = run<Big>(s);
+  CHECK_FALSE(st.ok());
+  CHECK(st.field() == "plan.workspace_bytes");
+}
