@@ -95,30 +95,8 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
 
   std::vector<vxqa::DecodeParams> params(copies);
-  for (int i = 0; i < copies; ++i) {
-    vxqa::DecodeParams& d = params[i];
-    d.q = q;
-    d.q_head_stride = p.head_dim;
-    d.q_batch_stride = int64_t(p.query_heads()) * p.head_dim;
-    d.out = out;
-    d.out_head_stride = p.head_dim;
-    d.out_batch_stride = int64_t(p.query_heads()) * p.head_dim;
-    d.k_cache = caches[i] + p.k_offset;
-    d.v_cache = caches[i] + p.v_offset;
-    d.page_stride = p.page_stride;
-    d.token_stride = p.token_stride;
-    d.head_stride = p.head_stride;
-    d.page_size = p.page_size;
-    d.block_table = table;
-    d.block_table_stride = p.table_stride;
-    d.max_pages_per_seq = p.max_pages;
-    d.seq_lens = lens;
-    d.batch = p.batch;
-    d.num_kv_heads = p.kv_heads;
-    d.group_size = p.group;
-    d.head_dim = p.head_dim;
-    d.softmax_scale = p.softmax_scale;
-  }
+  for (int i = 0; i < copies; ++i)
+    params[i] = vxqa::problem_params(p, {caches[i], q, table, lens, out, nullptr});
   auto step_all = [&] {
     for (int i = 0; i < copies; ++i) {
       const vxqa::Status s = vxqa::decode<Config>(params[i], plan, workspace, plan.workspace_bytes, stream);

@@ -131,31 +131,7 @@ int main(int argc, char** argv) {
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
 
-  vxqa::DecodeParams params;
-  params.q = q;
-  params.q_head_stride = p.head_dim;
-  params.q_batch_stride = int64_t(p.query_heads()) * p.head_dim;
-  params.out = out;
-  params.out_head_stride = p.head_dim;
-  params.out_batch_stride = int64_t(p.query_heads()) * p.head_dim;
-  params.lse = lse;
-  params.k_cache = cache + p.k_offset;
-  params.v_cache = cache + p.v_offset;
-  params.page_stride = p.page_stride;
-  params.token_stride = p.token_stride;
-  params.head_stride = p.head_stride;
-  params.page_size = p.page_size;
-  params.block_table = table;
-  params.block_table_stride = p.table_stride;
-  params.max_pages_per_seq = p.max_pages;
-  params.seq_lens = lens;
-  params.batch = p.batch;
-  params.num_kv_heads = p.kv_heads;
-  params.group_size = p.group;
-  params.head_dim = p.head_dim;
-  params.k_scale = p.k_scale;
-  params.v_scale = p.v_scale;
-  params.softmax_scale = p.softmax_scale;
+  const vxqa::DecodeParams params = vxqa::problem_params(p, {cache, q, table, lens, out, lse});
 
   s = vxqa::decode<Config>(params, plan, workspace, plan.workspace_bytes, stream);
   if (!s.ok()) { std::fprintf(stderr, "decode: %s\n", s.message().c_str()); return 1; }

@@ -12,4 +12,5 @@
 #include <vxqa/api/decode.cuh>
 #include <vxqa/reference/decode_reference.h>
 #include <vxqa/reference/random_problem.h>
+#include <vxqa/api/problem_params.cuh>
 #endif

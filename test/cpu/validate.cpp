@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <vxqa/api/params.cuh>
+#include <vxqa/api/plan.cuh>
 #include <vxqa/api/validate.cuh>
 #include <vxqa/kernel/config.cuh>
 #include <vxqa/kernel/split_plan.cuh>
@@ -37,20 +38,12 @@ const T* nudge(const T* p, uintptr_t bytes) {
   return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) + bytes);
 }
 
-// make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sm_count, &plan)
-// with chunk_tokens = 0 (auto), step for step.
 template <class Config>
 DecodePlan make_plan(int max_batch, int max_context, int num_kv_heads, int group_size, int sm_count) {
-  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
   DecodePlan p;
-  p.max_batch = max_batch;
-  p.max_context = max_context;
-  p.num_kv_heads = num_kv_heads;
-  p.group_size = group_size;
-  p.chunk_tokens = choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kCtaTokens,
-                                       4 * sm_count);
-  p.num_chunks = (max_context + p.chunk_tokens - 1) / p.chunk_tokens;
-  p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks, Config::kHeadDim);
+  const Status st = make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sm_count, &p);
+  INFO(st.message());
+  REQUIRE(st.ok());
   return p;
 }
 
@@ -353,7 +346,7 @@ TEST_CASE("validate: the first problem is reported when several fields are bad",
   CHECK((st.field() == "q" || st.field() == "k_scale" || st.field() == "workspace"));
 }
 
-TEST_CASE("the hand-built plan is one validate accepts, for several Configs and capacities", "[validate]") {
+TEST_CASE("make_decode_plan gives a plan validate accepts, for several Configs and capacities", "[validate]") {
   auto check = [](auto config_tag, int max_batch, int max_context, int hkv, int group, int sms) {
     using Config = decltype(config_tag);
     const DecodePlan plan = make_plan<Config>(max_batch, max_context, hkv, group, sms);

@@ -48,36 +48,9 @@ struct DeviceProblem {
   }
 };
 
-template <class Config>
-vxqa::DecodeParams make_params(const RandomProblem& p, const DeviceProblem& d, void* out,
+inline vxqa::DecodeParams make_params(const RandomProblem& p, const DeviceProblem& d, void* out,
                                float* lse) {
-  const int eb = Config::kElemBytes;
-  vxqa::DecodeParams params;
-  params.q = d.q.get();
-  params.q_head_stride = p.head_dim;
-  params.q_batch_stride = int64_t(p.query_heads()) * p.head_dim;
-  params.out = out;
-  params.out_head_stride = p.head_dim;
-  params.out_batch_stride = int64_t(p.query_heads()) * p.head_dim;
-  params.lse = lse;
-  params.k_cache = d.cache.get() + p.k_offset * eb;
-  params.v_cache = d.cache.get() + p.v_offset * eb;
-  params.page_stride = p.page_stride;
-  params.token_stride = p.token_stride;
-  params.head_stride = p.head_stride;
-  params.page_size = p.page_size;
-  params.block_table = d.table.get();
-  params.block_table_stride = p.table_stride;
-  params.max_pages_per_seq = p.max_pages;
-  params.seq_lens = d.lens.get();
-  params.batch = p.batch;
-  params.num_kv_heads = p.kv_heads;
-  params.group_size = p.group;
-  params.head_dim = p.head_dim;
-  params.k_scale = p.k_scale;
-  params.v_scale = p.v_scale;
-  params.softmax_scale = p.softmax_scale;
-  return params;
+  return vxqa::problem_params(p, {d.cache.get(), d.q.get(), d.table.get(), d.lens.get(), out, lse});
 }
 
 inline int sm_count() {
@@ -108,7 +81,7 @@ DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vx
   DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
   out.poison(0xFF);  // fp16 NaN
   lse.poison(0xFF);  // fp32 NaN
-  const vxqa::DecodeParams params = make_params<Config>(p, d, out.get(), lse.get());
+  const vxqa::DecodeParams params = make_params(p, d, out.get(), lse.get());
   const vxqa::Status s = vxqa::decode<Config>(params, plan, workspace.get(), plan.workspace_bytes, 0);
   INFO(s.message());
   REQUIRE(s.ok());

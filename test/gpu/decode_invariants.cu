@@ -183,7 +183,7 @@ void batch_invariance(RandomProblemOptions o, uint64_t seed) {
     const vxqa::DecodePlan plan = plan_for<Config>(p, max_context, chunk, /*max_batch=*/16);
     INFO("D " << p.head_dim << " G " << p.group << " page " << p.page_size << " chunk "
               << plan.chunk_tokens << " chunks " << plan.num_chunks << " seed " << seed);
-    const vxqa::DecodeParams all = make_params<Config>(p, d, nullptr, nullptr);
+    const vxqa::DecodeParams all = make_params(p, d, nullptr, nullptr);
     const DecodeResult batched = run_params<Config>(all, plan, 16);
     if (chunk != 0) check_against_reference(p, batched);
     for (int k : {0, 5, 15}) {
@@ -227,7 +227,7 @@ void graph_replay_with_growing_lengths(RandomProblemOptions o, const std::vector
   DeviceBuffer<uint16_t> out(size_t(p.batch) * hq * p.head_dim);
   DeviceBuffer<float> lse(size_t(p.batch) * hq);
   DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
-  const vxqa::DecodeParams params = make_params<Config>(p, d, out.get(), lse.get());
+  const vxqa::DecodeParams params = make_params(p, d, out.get(), lse.get());
   Stream stream;
   Graph graph;
   VXQA_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
@@ -323,7 +323,7 @@ void bad_lengths(RandomProblemOptions o, uint64_t seed) {
     INFO("D " << p.head_dim << " chunks " << plan.num_chunks << " seed " << seed);
     DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
     DeviceBuffer<uint16_t> dummy_out(size_t(p.batch) * hq * p.head_dim);
-    const vxqa::DecodeParams params = make_params<Config>(p, d, dummy_out.get(), nullptr);
+    const vxqa::DecodeParams params = make_params(p, d, dummy_out.get(), nullptr);
 
     // The host check, given the lengths, names the field.
     const vxqa::Status host = vxqa::validate<Config>(params, plan, workspace.get(),

@@ -11,6 +11,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <vxqa/api/params.cuh>
+#include <vxqa/api/plan.cuh>
 #include <vxqa/api/validate.cuh>
 #include <vxqa/kernel/combine_kernel.cuh>
 #include <vxqa/kernel/config.cuh>
@@ -19,36 +20,6 @@
 #include <vxqa/kernel/split_plan.cuh>
 
 namespace vxqa {
-
-// chunk_tokens = 0 picks one: enough CTAs at full capacity for about 4 per SM.
-template <class Config>
-Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
-                        int sm_count, DecodePlan* plan, int chunk_tokens = 0) {
-  if (!plan) return Status::invalid("plan", "is null");
-  if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
-  if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
-  if (num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
-  if (group_size < 1 || group_size > Config::kMaxGroup)
-    return Status::invalid("group_size", "must be in 1.." + std::to_string(Config::kMaxGroup));
-  if (sm_count < 1) return Status::invalid("sm_count", "must be >= 1");
-  if (chunk_tokens < 0 || chunk_tokens % Config::kCtaTokens != 0)
-    return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
-                                               std::to_string(Config::kCtaTokens));
-  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  DecodePlan p;
-  p.max_batch = max_batch;
-  p.max_context = max_context;
-  p.num_kv_heads = num_kv_heads;
-  p.group_size = group_size;
-  p.chunk_tokens = chunk_tokens ? chunk_tokens
-                                : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
-                                                      Config::kCtaTokens, 4 * sm_count);
-  p.num_chunks = (max_context + p.chunk_tokens - 1) / p.chunk_tokens;
-  p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
-                                           Config::kHeadDim);
-  *plan = p;
-  return Status();
-}
 
 // The kernels' view of one step (no checks: decode() validates first).
 template <class Config>

@@ -1,0 +1,52 @@
+// vxqa/api/problem_params.cuh — the DecodeParams of a reference::RandomProblem whose host
+// buffers were copied to the device as they are (cache, q, block table, lengths). The one
+// place where the demo, the benchmark, the tests and a user's own checks map a random
+// problem onto the public API.
+#pragma once
+#include <cstdint>
+#include <vxqa/api/params.cuh>
+#include <vxqa/reference/random_problem.h>
+
+namespace vxqa {
+
+struct DeviceProblemBuffers {
+  const void* cache = nullptr;           // copy of RandomProblem::cache
+  const void* q = nullptr;               // copy of RandomProblem::q
+  const int32_t* block_table = nullptr;  // copy of RandomProblem::block_table
+  const int32_t* seq_lens = nullptr;     // copy of RandomProblem::seq_lens
+  void* out = nullptr;                   // fp16 [batch, Hq, D], contiguous
+  float* lse = nullptr;                  // optional fp32 [batch, Hq]
+};
+
+inline DecodeParams problem_params(const reference::RandomProblem& p, const DeviceProblemBuffers& d) {
+  const int64_t element_bytes = reference::element_bytes(p.format);
+  const int64_t head_elems = p.head_dim, seq_elems = int64_t(p.query_heads()) * p.head_dim;
+  DecodeParams params;
+  params.q = d.q;
+  params.q_head_stride = head_elems;
+  params.q_batch_stride = seq_elems;
+  params.out = d.out;
+  params.out_head_stride = head_elems;
+  params.out_batch_stride = seq_elems;
+  params.lse = d.lse;
+  params.k_cache = static_cast<const uint8_t*>(d.cache) + p.k_offset * element_bytes;
+  params.v_cache = static_cast<const uint8_t*>(d.cache) + p.v_offset * element_bytes;
+  params.page_stride = p.page_stride;
+  params.token_stride = p.token_stride;
+  params.head_stride = p.head_stride;
+  params.page_size = p.page_size;
+  params.block_table = d.block_table;
+  params.block_table_stride = p.table_stride;
+  params.max_pages_per_seq = p.max_pages;
+  params.seq_lens = d.seq_lens;
+  params.batch = p.batch;
+  params.num_kv_heads = p.kv_heads;
+  params.group_size = p.group;
+  params.head_dim = p.head_dim;
+  params.k_scale = p.k_scale;
+  params.v_scale = p.v_scale;
+  params.softmax_scale = p.softmax_scale;
+  return params;
+}
+
+}  // namespace vxqa
