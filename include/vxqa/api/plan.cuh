@@ -1,6 +1,7 @@
 // vxqa/api/plan.cuh — a DecodePlan for a Config, made once at setup from capacity. Host
 // code only (no kernels), so plain C++ translation units can plan and validate too.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vxqa/api/params.cuh>
 #include <vxqa/kernel/config.cuh>
@@ -23,6 +24,10 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
                                                std::to_string(Config::kCtaTokens));
   const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  // Grid limits: sequences run along gridDim.z (and the combine's gridDim.y), heads along y.
+  if (max_batch > 65535) return Status::invalid("max_batch", "must be <= 65535 (grid limit)");
+  if (int64_t(num_kv_heads) * m_tiles > 65535)
+    return Status::invalid("num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
   DecodePlan p;
   p.max_batch = max_batch;
   p.max_context = max_context;

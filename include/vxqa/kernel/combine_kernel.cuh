@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   using Reduce = cub::BlockReduce<float, kCombineThreads>;
   __shared__ typename Reduce::TempStorage reduce_storage;
   __shared__ float shared_max, shared_sum;
+  __shared__ float weight[kCombineThreads];
 
   const int q_head = blockIdx.x, seq_index = blockIdx.y;
   if (seq_index >= a.batch) return;
@@ -60,10 +61,26 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   __syncthreads();
   const float sum = shared_sum;
 
-  for (int d = threadIdx.x; d < kHeadDim; d += kCombineThreads) {
-    float o = 0.f;
-    for (int c = 0; c < chunks; ++c) o += softmax::rescale_factor(chunk_lse[c], m) * chunk_o[c * kHeadDim + d];
-    out[d] = __float2half_rn(chunks > 0 ? o / sum * a.v_scale : 0.f);
+  // Each chunk's weight is computed once, a block of chunks at a time, into shared memory;
+  // every dim then sums its chunks in index order.
+  constexpr int kDimsPerThread = (kHeadDim + kCombineThreads - 1) / kCombineThreads;
+  float o[kDimsPerThread] = {};
+  for (int c0 = 0; c0 < chunks; c0 += kCombineThreads) {
+    __syncthreads();  // the previous block's weights are consumed
+    if (c0 + int(threadIdx.x) < chunks) weight[threadIdx.x] = softmax::rescale_factor(chunk_lse[c0 + threadIdx.x], m);
+    __syncthreads();
+    const int block = min(kCombineThreads, chunks - c0);
+#pragma unroll
+    for (int k = 0; k < kDimsPerThread; ++k) {
+      const int d = threadIdx.x + k * kCombineThreads;
+      if (d < kHeadDim)
+        for (int c = 0; c < block; ++c) o[k] += weight[c] * chunk_o[int64_t(c0 + c) * kHeadDim + d];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kDimsPerThread; ++k) {
+    const int d = threadIdx.x + k * kCombineThreads;
+    if (d < kHeadDim) out[d] = __float2half_rn(chunks > 0 ? o[k] / sum * a.v_scale : 0.f);
   }
   if (threadIdx.x == 0 && lse) *lse = chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
 }
