@@ -366,11 +366,11 @@ void check_online_softmax(uint64_t seed) {
 // =========================================================================================
 // RegisterPiece::load + SmemPublisher::store_k / store_v.
 // =========================================================================================
-template <class Geometry, int kPieceTokens>
+template <class Geometry, class LoadGeometry, int kPieceTokens>
 __global__ void staging_kernel(const uint8_t* base, const int64_t* row_offsets, int valid_rows,
                                uint8_t* k_out, uint8_t* v_out) {
-  using Piece = vxqa::pipeline::RegisterPiece<Geometry, kPieceTokens>;
-  using Publisher = vxqa::pipeline::SmemPublisher<Geometry>;
+  using Piece = vxqa::pipeline::RegisterPiece<LoadGeometry, kPieceTokens>;
+  using Publisher = vxqa::pipeline::SmemPublisher<Geometry, LoadGeometry>;
   __shared__ typename Publisher::TempStorage k_storage, v_storage;
   const int lane = threadIdx.x;
   poison_smem(k_storage.bytes, Geometry::kTileBytes);
@@ -391,15 +391,20 @@ __global__ void staging_kernel(const uint8_t* base, const int64_t* row_offsets, 
   }
 }
 
-template <int D, vxqa::KvType Kv>
+// Config's ConvertAt decides whether the publisher widens E5M2 to fp16 (kPublish): then
+// each cache byte c must land as the fp16 c << 8, i.e. tile bytes (0, c).
+template <class Config>
 void check_staging(uint64_t seed) {
-  using Config = Cfg<D, Kv>;
+  constexpr int D = Config::kHeadDim;
   using Geometry = typename Config::Geometry;
+  using LoadGeometry = typename Config::LoadGeometry;
+  constexpr bool kWidens = Geometry::kElemBytesV != LoadGeometry::kElemBytesV;
   using KLayout = vxqa::pipeline::KTileLayout<Geometry>;
   using VLayout = vxqa::pipeline::VTileLayout<Geometry>;
   constexpr int kRowBytes = Geometry::kRowBytes, kTileBytes = Geometry::kTileBytes;
   INFO("RegisterPiece<" << Config::kPieceTokens << " tokens> + SmemPublisher, D " << D
-                        << (Config::kElemBytes == 1 ? " E5M2" : " fp16") << " seed " << seed);
+                        << (Config::kElemBytes == 1 ? " E5M2" : " fp16") << (kWidens ? " widened to fp16" : "")
+                        << " seed " << seed);
 
   // The layouts are bijections of the tile (else a poisoned byte could hide from the checks).
   std::vector<int> k_hits(kTileBytes, 0), v_hits(kTileBytes, 0);
@@ -419,7 +424,8 @@ void check_staging(uint64_t seed) {
   // nothing); each tile row at a random 16-byte aligned offset, rows may overlap (shared
   // pages). Rows at or past valid_rows point at random bytes too: they must not be read.
   Rng rng(seed);
-  const size_t cache_bytes = size_t(48) * kRowBytes;
+  constexpr int kLoadRowBytes = LoadGeometry::kRowBytes;
+  const size_t cache_bytes = size_t(48) * kLoadRowBytes;
   std::vector<uint8_t> cache(cache_bytes);
   for (uint8_t& x : cache) x = uint8_t(rng.g());
   DeviceBuffer<uint8_t> dcache(cache_bytes), dk(kTileBytes), dv(kTileBytes);
@@ -429,16 +435,17 @@ void check_staging(uint64_t seed) {
     if (valid > 32) continue;
     INFO("valid rows " << valid);
     std::vector<int64_t> offsets(32);
-    for (int64_t& o : offsets) o = 16 * int64_t(rng.below((cache_bytes - kRowBytes) / 16 + 1));
+    for (int64_t& o : offsets) o = 16 * int64_t(rng.below((cache_bytes - kLoadRowBytes) / 16 + 1));
     doffsets.upload(offsets);
     dk.poison(0x5A);
     dv.poison(0x5A);
-    staging_kernel<Geometry, Config::kPieceTokens><<<1, 32>>>(dcache.get(), doffsets.get(), valid, dk.get(), dv.get());
+    staging_kernel<Geometry, LoadGeometry, Config::kPieceTokens><<<1, 32>>>(dcache.get(), doffsets.get(), valid, dk.get(), dv.get());
     VXQA_CUDA_CHECK_LAUNCH();
     const std::vector<uint8_t> k = dk.download(), v = dv.download();
     for (int t = 0; t < 32; ++t) {
       for (int b = 0; b < kRowBytes; ++b) {
-        const uint8_t want = t < valid ? cache[offsets[t] + b] : 0;
+        const uint8_t loaded = kWidens ? (b % 2 ? cache[offsets[t] + b / 2] : 0) : cache[offsets[t] + b];
+        const uint8_t want = t < valid ? loaded : 0;
         const int k_at = KLayout::chunk_offset(t, b / 16) + b % 16;
         const int v_at = VLayout::granule_offset(t, b / VLayout::kGranule * VLayout::kGranule) + b % VLayout::kGranule;
         INFO("token " << t << " byte " << b << ": want " << int(want) << ", K tile " << int(k[k_at])
@@ -527,12 +534,20 @@ TEST_CASE("online_softmax_step over three tiles with masked scores and an empty 
 
 TEST_CASE("RegisterPiece::load + SmemPublisher::store_k/store_v: bytes land where the layouts say",
           "[pieces]") {
-  check_staging<64, vxqa::KvType::kE5M2>(400);
-  check_staging<128, vxqa::KvType::kE5M2>(401);
-  check_staging<256, vxqa::KvType::kE5M2>(402);
-  check_staging<64, vxqa::KvType::kFp16>(403);
-  check_staging<128, vxqa::KvType::kFp16>(404);
-  check_staging<256, vxqa::KvType::kFp16>(405);
+  check_staging<Cfg<64, vxqa::KvType::kE5M2>>(400);
+  check_staging<Cfg<128, vxqa::KvType::kE5M2>>(401);
+  check_staging<Cfg<256, vxqa::KvType::kE5M2>>(402);
+  check_staging<Cfg<64, vxqa::KvType::kFp16>>(403);
+  check_staging<Cfg<128, vxqa::KvType::kFp16>>(404);
+  check_staging<Cfg<256, vxqa::KvType::kFp16>>(405);
+}
+
+TEST_CASE("SmemPublisher with ConvertAt::kPublish widens E5M2 to fp16 where the layouts say",
+          "[pieces]") {
+  using vxqa::ConvertAt;
+  check_staging<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>>(410);
+  check_staging<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>>(411);
+  check_staging<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>(412);
 }
 
 TEST_CASE("combine: many chunks against one chunk on the same problem", "[pieces]") {
