@@ -77,11 +77,11 @@ constexpr bool check_config() {
 static_assert(check_config<DecodeConfig<64, KvType::kE5M2>, 64, KvType::kE5M2, 4, 1, 0, 16768, 32>(), "");
 static_assert(check_config<DecodeConfig<128, KvType::kE5M2>, 128, KvType::kE5M2, 4, 1, 0, 25984, 32>(), "");
 static_assert(check_config<DecodeConfig<256, KvType::kE5M2>, 256, KvType::kE5M2, 4, 1, 0, 44416, 32>(), "");
-static_assert(check_config<DecodeConfig<256, KvType::kE5M2, 8, 2, 800>, 256, KvType::kE5M2, 8, 2, 800, 84608, 32>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kE5M2, 8, 1, 800>, 256, KvType::kE5M2, 8, 1, 800, 84608, 32>(), "");
 static_assert(check_config<DecodeConfig<64, KvType::kFp16, 1>, 64, KvType::kFp16, 1, 1, 0, 7104, 32>(), "");
 static_assert(check_config<DecodeConfig<128, KvType::kFp16, 8, 2>, 128, KvType::kFp16, 8, 2, 0, 82560, 32>(), "");
-static_assert(check_config<DecodeConfig<256, KvType::kFp16, 4, 4, 16>, 256, KvType::kFp16, 4, 4, 16, 77184, 16>(), "");
-static_assert(check_config<DecodeConfig<256, KvType::kFp16, 5, 2>, 256, KvType::kFp16, 5, 2, 0, 95424, 16>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kFp16, 4, 1, 16>, 256, KvType::kFp16, 4, 1, 16, 77184, 16>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kFp16, 5, 1>, 256, KvType::kFp16, 5, 1, 0, 95424, 16>(), "");
 static_assert(DecodeConfig<256, KvType::kFp16>::kPiecesPerTile == 2, "D256 fp16: two 16-token pieces");
 static_assert(DecodeConfig<128, KvType::kFp16>::kPiecesPerTile == 1, "D128 fp16: 8 KB tile, one piece");
 

@@ -145,6 +145,21 @@ std::vector<Breakage> breakages() {
       {"q_head_stride + 4 halves", "q_head_stride", [](Step& s) { s.params.q_head_stride += 4; }},
       {"q_head_stride < head_dim", "q_head_stride", [=](Step& s) { s.params.q_head_stride = D - 8; }},
       {"out_head_stride < head_dim", "out_head_stride", [=](Step& s) { s.params.out_head_stride = D - 1; }},
+      // Rows that would overlap: a forgotten (0) or too small stride reads or writes the
+      // same rows for several sequences, heads or tokens.
+      {"q_batch_stride 0", "q_batch_stride", [](Step& s) { s.params.q_batch_stride = 0; }},
+      {"q_batch_stride inside the heads", "q_batch_stride",
+       [=](Step& s) { s.params.q_batch_stride = 2 * D; }},
+      {"out_batch_stride 0", "out_batch_stride", [](Step& s) { s.params.out_batch_stride = 0; }},
+      {"out_batch_stride = out_head_stride", "out_batch_stride",
+       [=](Step& s) { s.params.out_batch_stride = D; }},
+      {"token_stride 0", "token_stride", [](Step& s) {
+         s.params.token_stride = 0;
+         if (s.params.page_size == 1) s.params.page_size = 2;  // one token a page needs no stride
+       }},
+      {"head_stride 0", "head_stride", [](Step& s) { s.params.head_stride = 0; }},
+      {"head_stride inside a token row", "head_stride", [=](Step& s) { s.params.head_stride = D / 2; }},
+      {"page_stride 0", "page_stride", [](Step& s) { s.params.page_stride = 0; }},
       // Shapes.
       {"head_dim mismatch", "head_dim", [=](Step& s) { s.params.head_dim = D == 128 ? 64 : 128; }},
       {"head_dim 0", "head_dim", [](Step& s) { s.params.head_dim = 0; }},
@@ -186,6 +201,12 @@ std::vector<Breakage> breakages() {
       {"plan.num_chunks 0", "plan.num_chunks", [](Step& s) { s.plan.num_chunks = 0; }},
       {"plan.max_batch 0", "plan.max_batch", [](Step& s) { s.plan.max_batch = 0; }},
       {"plan.max_context 0", "plan.max_context", [](Step& s) { s.plan.max_context = 0; }},
+      {"plan.max_batch over the grid limit", "plan.max_batch", [](Step& s) { s.plan.max_batch = 70000; }},
+      // Each scale fine alone, their product not representable in fp32.
+      {"softmax_scale * k_scale overflows", "softmax_scale", [](Step& s) {
+         s.params.softmax_scale = 1e20f;
+         s.params.k_scale = 1e20f;
+       }},
   };
   // Scales: NaN, ±inf, 0, -0, negative.
   struct Scale {
@@ -240,8 +261,8 @@ TEST_CASE("validate: a valid step passes; every field broken alone is named, E5M
 }
 
 TEST_CASE("validate: every field, fp16 D256 2 stages", "[validate]") {
-  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 2>>(16);
-  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 2>>(784);
+  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 1>>(16);
+  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 1>>(784);
 }
 
 TEST_CASE("validate: every field, E5M2 D64 with a compile-time page of 16", "[validate]") {
@@ -344,6 +365,48 @@ TEST_CASE("validate: the first problem is reported when several fields are bad",
   const Status st = run<Config>(s);
   CHECK_FALSE(st.ok());
   CHECK((st.field() == "q" || st.field() == "k_scale" || st.field() == "workspace"));
+}
+
+TEST_CASE("make_decode_plan rejects capacities past the grid and int limits", "[validate]") {
+  using Config = DecodeConfig<256, KvType::kE5M2>;
+  DecodePlan plan;
+  CHECK(make_decode_plan<Config>(65536, 1024, 1, 6, 80, &plan).field() == "max_batch");
+  CHECK(make_decode_plan<Config>(16, 1024, 40000, 12, 80, &plan).field() == "num_kv_heads");
+  // The largest context: chunk arithmetic in 64 bits, a positive chunk count that covers it.
+  const Status st = make_decode_plan<Config>(1, std::numeric_limits<int>::max(), 1, 6, 80, &plan);
+  INFO(st.message());
+  REQUIRE(st.ok());
+  CHECK(plan.num_chunks > 0);
+  CHECK(int64_t(plan.num_chunks) * plan.chunk_tokens >= int64_t(std::numeric_limits<int>::max()));
+  CHECK(validate_plan<Config>(plan).ok());
+}
+
+TEST_CASE("validate accepts other legal layouts of q, out and the cache", "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  {  // q and out head-major ([Hq, B, D]) with padding
+    Step s = valid_step<Config>();
+    s.params.q_batch_stride = 128 + 8;
+    s.params.q_head_stride = (128 + 8) * 8 + 16;
+    s.params.out_batch_stride = 128;
+    s.params.out_head_stride = 128 * 8;
+    CHECK(run<Config>(s).ok());
+  }
+  {  // cache head-major within a page (HND): token rows D apart, heads a page apart
+    Step s = valid_step<Config>();
+    s.params.token_stride = 128;
+    s.params.head_stride = int64_t(s.params.page_size) * 128;
+    s.params.page_stride = 2 * s.params.head_stride;
+    CHECK(run<Config>(s).ok());
+  }
+  {  // one sequence, one head, one page: strides that are never used may be anything
+    Step s = valid_step<Config>(4096);
+    s.params.batch = 1;
+    s.params.q_batch_stride = 0;
+    s.params.out_batch_stride = 0;
+    s.params.max_pages_per_seq = 1;
+    s.params.page_stride = 0;
+    CHECK(run<Config>(s).ok());
+  }
 }
 
 TEST_CASE("make_decode_plan gives a plan validate accepts, for several Configs and capacities", "[validate]") {

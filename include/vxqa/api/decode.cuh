@@ -8,6 +8,16 @@
 // decode() checks the parameters (validate), then enqueues: a memset of the error word,
 // the decode kernel and, with more than one chunk, the combine kernel. It never
 // synchronises and never reads device memory, so it can be captured in a CUDA graph.
+//
+// What a captured graph fixes: every pointer and stride, `batch` (sequences at or past it
+// are not written: capture one graph per batch size, as engines do, or capture max_batch
+// and give unused sequences length 0) and the plan. What it reads at each replay: the
+// lengths, the block table, q and the cache.
+//
+// The plan's chunk comes from its capacity (max_batch, max_context): plan for the batch
+// sizes you run (a plan for 16 sequences cuts a lone sequence into few chunks).
+// A workspace belongs to one decode at a time: decodes that may run concurrently (other
+// streams, or other layers in flight) need their own.
 #pragma once
 #include <cuda_runtime.h>
 #include <vxqa/api/params.cuh>
@@ -71,14 +81,17 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
   if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
 
+  // cudaLaunchKernel returns this launch's own status (cudaGetLastError would also report,
+  // and clear, an earlier error of the caller's).
+  void* kernel_args[] = {const_cast<DecodeKernelArgs*>(&args)};
   const dim3 grid(plan.num_chunks, params.num_kv_heads * args.m_tiles, plan.max_batch);
-  decode_kernel<Config><<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(args);
-  err = cudaGetLastError();
+  err = cudaLaunchKernel(reinterpret_cast<const void*>(&decode_kernel<Config>), grid,
+                         dim3(Config::kThreads), kernel_args, Config::kSmemBytes, stream);
   if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
   if (plan.num_chunks > 1) {
     const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch);
-    combine_kernel<Config::kHeadDim><<<combine_grid, kCombineThreads, 0, stream>>>(args);
-    err = cudaGetLastError();
+    err = cudaLaunchKernel(reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim>),
+                           combine_grid, dim3(kCombineThreads), kernel_args, 0, stream);
     if (err != cudaSuccess) return Status::cuda("combine_kernel launch", cudaGetErrorString(err));
   }
   return Status();

@@ -36,7 +36,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   p.chunk_tokens = chunk_tokens ? chunk_tokens
                                 : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
                                                       Config::kCtaTokens, 4 * sm_count);
-  p.num_chunks = (max_context + p.chunk_tokens - 1) / p.chunk_tokens;
+  p.num_chunks = static_cast<int>((int64_t(max_context) + p.chunk_tokens - 1) / p.chunk_tokens);
   p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
                                            Config::kHeadDim);
   *plan = p;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vxqa/api/params.cuh>
 #include <vxqa/kernel/config.cuh>
 #include <vxqa/kernel/split_plan.cuh>
@@ -19,6 +20,22 @@ inline bool aligned(const void* p, size_t bytes) {
 }
 inline std::string str(long long v) { return std::to_string(v); }
 
+// Rows of `d` elements at offsets i1*stride1 + i2*stride2 (i1 < n1, i2 < n2) never share
+// an element: the smaller stride (by size, over an extent > 1) spans at least d, the larger
+// at least the whole inner extent. Returns 0 when they are disjoint, else which stride
+// (1 or 2) is too small.
+inline int overlapping_stride(int64_t stride1, int64_t n1, int64_t stride2, int64_t n2, int64_t d) {
+  struct Dim { int64_t stride, n; int which; };
+  Dim dims[2];
+  int count = 0;
+  if (n1 > 1) dims[count++] = Dim{stride1 < 0 ? -stride1 : stride1, n1, 1};
+  if (n2 > 1) dims[count++] = Dim{stride2 < 0 ? -stride2 : stride2, n2, 2};
+  if (count == 2 && dims[1].stride < dims[0].stride) std::swap(dims[0], dims[1]);
+  if (count >= 1 && dims[0].stride < d) return dims[0].which;
+  if (count == 2 && dims[1].stride < dims[0].stride * dims[0].n) return dims[1].which;
+  return 0;
+}
+
 }  // namespace detail
 
 // Checks a plan against the Config it will launch.
@@ -29,8 +46,13 @@ Status validate_plan(const DecodePlan& plan) {
   if (plan.chunk_tokens < Config::kCtaTokens || plan.chunk_tokens % Config::kCtaTokens != 0)
     return Status::invalid("plan.chunk_tokens", "must be a positive multiple of " +
                                                     detail::str(Config::kCtaTokens) + " for this Config");
-  if (plan.num_chunks != (plan.max_context + plan.chunk_tokens - 1) / plan.chunk_tokens)
+  if (int64_t(plan.num_chunks) != (int64_t(plan.max_context) + plan.chunk_tokens - 1) / plan.chunk_tokens)
     return Status::invalid("plan.num_chunks", "does not match max_context / chunk_tokens");
+  if (plan.max_batch > 65535) return Status::invalid("plan.max_batch", "must be <= 65535 (grid limit)");
+  if (plan.num_kv_heads < 1 || plan.group_size < 1)
+    return Status::invalid("plan.num_kv_heads", "plan heads and group must be >= 1");
+  if (int64_t(plan.num_kv_heads) * ((plan.group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta) > 65535)
+    return Status::invalid("plan.num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
   // A plan made for another head dim would size the partials wrongly.
   const size_t needed = plan_workspace_bytes(plan.max_batch, plan.num_kv_heads * plan.group_size,
                                              plan.num_chunks, Config::kHeadDim);
@@ -75,12 +97,17 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
     return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (a multiple of 8)");
   if ((p.q_batch_stride * 2) % 16)
     return Status::invalid("q_batch_stride", "q rows must start 16-byte aligned (a multiple of 8)");
-  if (p.q_head_stride < Config::kHeadDim)
-    return Status::invalid("q_head_stride", "is smaller than head_dim");
+  const int64_t q_heads = int64_t(p.num_kv_heads) * p.group_size;
+  if (const int bad = detail::overlapping_stride(p.q_head_stride, q_heads, p.q_batch_stride, p.batch,
+                                                  Config::kHeadDim))
+    return Status::invalid(bad == 1 ? "q_head_stride" : "q_batch_stride",
+                           "q rows of different heads or sequences overlap (stride too small, or 0)");
   if (!p.out) return Status::invalid("out", "is null");
   if (!aligned(p.out, 2)) return Status::invalid("out", "must be 2-byte aligned");
-  if (p.out_head_stride < Config::kHeadDim)
-    return Status::invalid("out_head_stride", "is smaller than head_dim");
+  if (const int bad = detail::overlapping_stride(p.out_head_stride, q_heads, p.out_batch_stride, p.batch,
+                                                  Config::kHeadDim))
+    return Status::invalid(bad == 1 ? "out_head_stride" : "out_batch_stride",
+                           "out rows of different heads or sequences overlap (stride too small, or 0)");
   if (p.lse && !aligned(p.lse, 4)) return Status::invalid("lse", "must be 4-byte aligned");
   if (!p.k_cache) return Status::invalid("k_cache", "is null");
   if (!p.v_cache) return Status::invalid("v_cache", "is null");
@@ -89,6 +116,12 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if ((p.page_stride * eb) % 16) return Status::invalid("page_stride", "must be a multiple of 16 bytes");
   if ((p.token_stride * eb) % 16) return Status::invalid("token_stride", "must be a multiple of 16 bytes");
   if ((p.head_stride * eb) % 16) return Status::invalid("head_stride", "must be a multiple of 16 bytes");
+  if (const int bad = detail::overlapping_stride(p.token_stride, p.page_size, p.head_stride, p.num_kv_heads,
+                                                  Config::kHeadDim))
+    return Status::invalid(bad == 1 ? "token_stride" : "head_stride",
+                           "token rows of one page overlap (stride too small, or 0)");
+  if (p.page_stride == 0 && p.max_pages_per_seq > 1)
+    return Status::invalid("page_stride", "is 0: every page would be the same memory");
   if (!p.block_table) return Status::invalid("block_table", "is null");
   if (!aligned(p.block_table, 4)) return Status::invalid("block_table", "must be 4-byte aligned");
   if (p.max_pages_per_seq < 1) return Status::invalid("max_pages_per_seq", "must be >= 1");
@@ -107,6 +140,9 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (!std::isfinite(p.v_scale) || p.v_scale <= 0.f) return Status::invalid("v_scale", "must be finite and > 0");
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.f)
     return Status::invalid("softmax_scale", "must be finite and > 0");
+  const float qk_scale = p.softmax_scale * p.k_scale * 1.4426950408889634f;  // as the kernel uses it
+  if (!std::isfinite(qk_scale) || qk_scale <= 0.f)
+    return Status::invalid("softmax_scale", "softmax_scale * k_scale must be finite and > 0 in fp32");
 
   // Workspace.
   if (!workspace) return Status::invalid("workspace", "is null");

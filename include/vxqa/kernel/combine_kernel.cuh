@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   if (seq_index >= a.batch) return;
   const int q_heads = a.num_kv_heads * a.group_size;
   __half* out = a.out + seq_index * a.out_batch_stride + q_head * a.out_head_stride;
-  float* lse = a.lse ? a.lse + seq_index * q_heads + q_head : nullptr;
+  float* lse = a.lse ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
   const int len = a.seq_lens[seq_index];
   if (!length_is_valid(len, a)) {  // the decode kernel has flagged it

@@ -67,6 +67,15 @@ struct DecodeConfig {
   static_assert(Stages <= 2 * kPiecesPerTile,
                 "DecodeConfig: more stages than pieces in a tile would load two tiles ahead");
 
+  // Registers a lane holds for the staged pieces and the O accumulators. Measured with
+  // CUDA 11.8 on sm_70: 160 fits without spilling (D = 128 fp16, 2 stages: 245 registers),
+  // 192 spills (D = 256 with 2 stages: 24 bytes).
+  static constexpr int kStagedRegisters =
+      Stages * (kPieceTokens * LoadGeometry::kChunksPerRow / 32) * 4 + HeadDim / 4;
+  static_assert(kStagedRegisters <= 160,
+                "DecodeConfig: the staged pieces and O accumulators need more than 160 "
+                "registers a lane, which spills on SM70; use fewer Stages");
+
   // Tokens a CTA consumes per round of its warps; split-KV chunks are multiples of it.
   static constexpr int kCtaTokens = Geometry::kTokens * Warps;
 

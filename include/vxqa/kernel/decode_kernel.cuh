@@ -228,7 +228,7 @@ struct DecodeCta {
         const float value = l > 0.f ? o / l * a.v_scale : 0.f;
         a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
         if (dim == 0 && a.lse)
-          a.lse[seq_index * q_heads + q_head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : negative_infinity();
+          a.lse[int64_t(seq_index) * q_heads + q_head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : negative_infinity();
       } else {
         const int64_t slot = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks + chunk;
         a.partial_o[slot * kD + dim] = o / l;
@@ -250,7 +250,7 @@ struct DecodeCta {
     for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
       const int q_head = q_head0 + i / kD;
       a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kD] = __float2half_rn(nanf(""));
-      if (i % kD == 0 && a.lse) a.lse[seq_index * q_heads + q_head] = nanf("");
+      if (i % kD == 0 && a.lse) a.lse[int64_t(seq_index) * q_heads + q_head] = nanf("");
     }
   }
 };

@@ -31,7 +31,7 @@ VXQA_HD int choose_chunk_tokens(int max_batch, int max_context, int head_tiles, 
   int best = cta_tokens;
   for (int multiple = 1; multiple <= 64; ++multiple) {
     const int chunk = multiple * cta_tokens;
-    const long long chunks = (max_context + chunk - 1) / chunk;
+    const long long chunks = (static_cast<long long>(max_context) + chunk - 1) / chunk;
     if (chunks * max_batch * head_tiles >= target_ctas) best = chunk;
     if (chunk >= max_context) break;
   }
