@@ -3,6 +3,7 @@
 // grid point by search, ties to the even code) — not from the header's bit arithmetic —
 // and against cuda_fp8.h's own host conversions, which the header promises to match.
 #include <vxqa/numeric/e5m2.cuh>
+#include "e5m2_test_names.h"
 
 #include <catch2/catch.hpp>
 #include <cuda_fp8.h>
@@ -20,17 +21,10 @@ namespace {
 
 using vxqa::Saturation;
 
-constexpr Saturation kModes[] = {Saturation::kFinite, Saturation::kNone};
+using vxqa_test::hex;
+using vxqa_test::mode_name;
+constexpr const auto& kModes = vxqa_test::kSaturationModes;
 
-const char* mode_name(Saturation mode) {
-  return mode == Saturation::kFinite ? "kFinite" : "kNone";
-}
-
-std::string hex(uint32_t value, int digits) {
-  char text[16];
-  std::snprintf(text, sizeof(text), "0x%0*X", digits, static_cast<unsigned>(value));
-  return text;
-}
 
 uint32_t float_bits(float x) {
   uint32_t bits;

@@ -27,6 +27,9 @@ using vxqa::reference::RandomProblemOptions;
 
 inline double half_bits_to_double(uint16_t bits) { return vxqa::reference::fp16_to_double(bits); }
 
+// Poison bytes: 0xFF reads as NaN in fp16 and fp32, so an unwritten output fails any check.
+constexpr unsigned char kNanPoison = 0xFF;
+
 struct DecodeResult {
   std::vector<uint16_t> out;  // fp16 bits [B, Hq, D]
   std::vector<float> lse;     // [B, Hq]
@@ -73,24 +76,37 @@ vxqa::DecodePlan plan_for(const RandomProblem& p, int max_context, int chunk_tok
   return plan;
 }
 
-// One eager decode: poisons out and lse, launches, checks every CUDA call.
+// One eager decode of `params` (its out / lse are set here) into fresh buffers sized for
+// `batch` sequences. With `workspace` null a fresh one is used.
 template <class Config>
-DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vxqa::DecodePlan& plan) {
-  DeviceBuffer<uint16_t> out(size_t(p.batch) * p.query_heads() * p.head_dim);
-  DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
-  DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
-  out.poison(0xFF);  // fp16 NaN
-  lse.poison(0xFF);  // fp32 NaN
-  const vxqa::DecodeParams params = make_params(p, d, out.get(), lse.get());
-  const vxqa::Status s = vxqa::decode<Config>(params, plan, workspace.get(), plan.workspace_bytes, 0);
+DecodeResult run_params(vxqa::DecodeParams params, const vxqa::DecodePlan& plan, int batch,
+                        unsigned char poison = kNanPoison, unsigned char* workspace = nullptr) {
+  const int hq = params.num_kv_heads * params.group_size;
+  DeviceBuffer<uint16_t> out(size_t(batch) * hq * Config::kHeadDim);
+  DeviceBuffer<float> lse(size_t(batch) * hq);
+  DeviceBuffer<unsigned char> own_workspace(workspace ? 0 : plan.workspace_bytes);
+  unsigned char* ws = workspace ? workspace : own_workspace.get();
+  out.poison(poison);
+  lse.poison(poison);
+  params.out = out.get();
+  params.lse = lse.get();
+  const vxqa::Status s = vxqa::decode<Config>(params, plan, ws, plan.workspace_bytes, 0);
   INFO(s.message());
   REQUIRE(s.ok());
   VXQA_CUDA_CHECK_LAUNCH();
   DecodeResult r;
   r.out = out.download();
   r.lse = lse.download();
-  REQUIRE(vxqa::read_decode_errors(workspace.get(), 0, &r.errors).ok());
+  const vxqa::Status e = vxqa::read_decode_errors(ws, 0, &r.errors);
+  INFO(e.message());
+  REQUIRE(e.ok());
   return r;
+}
+
+// One eager decode of a problem: poisons out and lse, launches, checks every CUDA call.
+template <class Config>
+DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vxqa::DecodePlan& plan) {
+  return run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.batch);
 }
 
 inline double max_abs_v(const RandomProblem& p) {

@@ -4,6 +4,7 @@
 // against the host's, bit for bit too (on sm_89+ the device's kFinite encode is the hardware
 // cvt, the host's the software path).
 #include <vxqa/numeric/e5m2.cuh>
+#include "e5m2_test_names.h"
 
 #include "gpu_check.cuh"
 
@@ -22,19 +23,12 @@ namespace {
 using vxqa::Saturation;
 using vxqa_test::DeviceBuffer;
 
-constexpr Saturation kModes[] = {Saturation::kFinite, Saturation::kNone};
+using vxqa_test::hex;
+using vxqa_test::mode_name;
+constexpr const auto& kModes = vxqa_test::kSaturationModes;
 constexpr int kBlocks = 1024;
 constexpr int kThreads = 256;
 
-const char* mode_name(Saturation mode) {
-  return mode == Saturation::kFinite ? "kFinite" : "kNone";
-}
-
-std::string hex(uint32_t value, int digits) {
-  char text[16];
-  std::snprintf(text, sizeof(text), "0x%0*X", digits, static_cast<unsigned>(value));
-  return text;
-}
 
 bool is_nan_code(uint32_t code) { return (code & 0x7C) == 0x7C && (code & 0x03) != 0; }
 
