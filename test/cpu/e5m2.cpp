@@ -3,7 +3,7 @@
 // grid point by search, ties to the even code) — not from the header's bit arithmetic —
 // and against cuda_fp8.h's own host conversions, which the header promises to match.
 #include <vxqa/numeric/e5m2.cuh>
-#include "e5m2_test_names.h"
+#include "e5m2_test_support.h"
 
 #include <catch2/catch.hpp>
 #include <cuda_fp8.h>
@@ -23,6 +23,7 @@ using vxqa::Saturation;
 
 using vxqa_test::hex;
 using vxqa_test::mode_name;
+using vxqa_test::require_all_equal;
 constexpr const auto& kModes = vxqa_test::kSaturationModes;
 
 
@@ -158,23 +159,6 @@ std::vector<uint32_t> mixed_float_inputs(size_t count, uint32_t seed) {
   return inputs;
 }
 
-// Counts mismatches of `got(i)` against `want(i)` over `count` inputs; the first one is
-// described by `describe(i)`.
-template <class Got, class Want, class Describe>
-void require_all_equal(size_t count, Got got, Want want, Describe describe) {
-  size_t mismatches = 0;
-  std::string first;
-  for (size_t i = 0; i < count; ++i) {
-    const auto g = got(i);
-    const auto w = want(i);
-    if (g != w && mismatches++ == 0) {
-      first = describe(i) + ": got " + hex(uint32_t(g), 2 * sizeof(g)) + ", want " +
-              hex(uint32_t(w), 2 * sizeof(w));
-    }
-  }
-  INFO(mismatches << " mismatches of " << count << "; first: " << first);
-  REQUIRE(mismatches == 0);
-}
 
 }  // namespace
 

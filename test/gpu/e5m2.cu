@@ -4,7 +4,7 @@
 // against the host's, bit for bit too (on sm_89+ the device's kFinite encode is the hardware
 // cvt, the host's the software path).
 #include <vxqa/numeric/e5m2.cuh>
-#include "e5m2_test_names.h"
+#include "e5m2_test_support.h"
 
 #include "gpu_check.cuh"
 
@@ -25,6 +25,7 @@ using vxqa_test::DeviceBuffer;
 
 using vxqa_test::hex;
 using vxqa_test::mode_name;
+using vxqa_test::require_all_equal;
 constexpr const auto& kModes = vxqa_test::kSaturationModes;
 constexpr int kBlocks = 1024;
 constexpr int kThreads = 256;
@@ -38,21 +39,6 @@ __host__ __device__ __nv_saturation_t cuda_mode(Saturation mode) {
   return mode == Saturation::kFinite ? __NV_SATFINITE : __NV_NOSAT;
 }
 
-// Counts mismatches of `got(i)` against `want(i)`; the first one is described by its input.
-template <class Got, class Want, class Describe>
-void require_all_equal(size_t count, Got got, Want want, Describe describe) {
-  size_t mismatches = 0;
-  std::string first;
-  for (size_t i = 0; i < count; ++i) {
-    const uint32_t g = got(i);
-    const uint32_t w = want(i);
-    if (g != w && mismatches++ == 0) {
-      first = describe(i) + ": got " + hex(g, 2) + ", want " + hex(w, 2);
-    }
-  }
-  INFO(mismatches << " mismatches of " << count << "; first: " << first);
-  REQUIRE(mismatches == 0);
-}
 
 // A fixed-seed mix of fp32 bit patterns: anything, the E5M2 grid and its midpoints (exact
 // ties) a few ulps either way, the overflow band, the subnormal range, and special values.
