@@ -35,13 +35,6 @@ typedef cuda::std::uint64_t uint64_t;
 
 namespace vxqa {
 
-// A false that depends on a template parameter: lets a primary template fail with one
-// readable static_assert message instead of a wall of overload errors.
-template <class...>
-inline constexpr bool dependent_false = false;
-template <int...>
-inline constexpr bool dependent_false_value = false;
-
 // Reinterprets the bits of a trivially copyable value (std::bit_cast is C++20).
 template <class To, class From>
 VXQA_HD To bit_cast(const From& from) {
