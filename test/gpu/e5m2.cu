@@ -25,6 +25,7 @@ using vxqa_test::DeviceBuffer;
 
 using vxqa_test::hex;
 using vxqa_test::mode_name;
+using vxqa_test::mixed_float_inputs;
 using vxqa_test::require_all_equal;
 constexpr const auto& kModes = vxqa_test::kSaturationModes;
 constexpr int kBlocks = 1024;
@@ -40,52 +41,6 @@ __host__ __device__ __nv_saturation_t cuda_mode(Saturation mode) {
 }
 
 
-// A fixed-seed mix of fp32 bit patterns: anything, the E5M2 grid and its midpoints (exact
-// ties) a few ulps either way, the overflow band, the subnormal range, and special values.
-std::vector<uint32_t> mixed_float_inputs(size_t count, uint32_t seed) {
-  std::vector<float> grid;  // codes 0x00..0x7B, then 2^16 (the first overflowing value)
-  for (int code = 0; code <= 0x7B; ++code) grid.push_back(vxqa::e5m2_to_float(uint8_t(code)));
-  grid.push_back(65536.0f);
-
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<uint32_t> any_bits;
-  std::uniform_int_distribution<int> kind(0, 9);
-  std::uniform_int_distribution<int> code(0, 0x7B);
-  std::uniform_int_distribution<int> ulps(-3, 3);
-  std::uniform_real_distribution<float> overflow_band(49152.0f, 131072.0f);
-  std::uniform_int_distribution<uint32_t> small_exponent(0, 114);
-  const uint32_t specials[] = {
-      0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u,
-      0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x47600000u, 0x475FFFFFu,
-      0x47600001u, 0x47700000u, 0x476FFFFFu, 0x47700001u, 0x47800000u, 0x7F7FFFFFu,
-      0x37000000u, 0x37000001u, 0x36FFFFFFu, 0x37C00000u, 0x387FFFFFu, 0x00000001u,
-  };
-  std::vector<uint32_t> inputs(std::begin(specials), std::end(specials));
-  inputs.reserve(count);
-  while (inputs.size() < count) {
-    const uint32_t sign = any_bits(rng) & 0x80000000u;
-    uint32_t bits = 0;
-    const int k = kind(rng);
-    if (k < 3) {
-      bits = any_bits(rng);
-    } else if (k < 7) {
-      const int c = code(rng);
-      const float value = (any_bits(rng) & 1) ? grid[c] : (grid[c] + grid[c + 1]) / 2;
-      const int step = ulps(rng);
-      std::memcpy(&bits, &value, sizeof(bits));
-      bits = (step < 0 && uint32_t(-step) > bits) ? bits + uint32_t(-step) : bits + step;
-      bits |= sign;
-    } else if (k == 7) {
-      const float value = overflow_band(rng);
-      std::memcpy(&bits, &value, sizeof(bits));
-      bits |= sign;
-    } else {
-      bits = sign | (small_exponent(rng) << 23) | (any_bits(rng) & 0x007FFFFFu);
-    }
-    inputs.push_back(bits);
-  }
-  return inputs;
-}
 
 // --- kernels ---------------------------------------------------------------------------------
 
