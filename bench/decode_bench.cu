@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 #include <vxqa/vxqa.cuh>
+#include <vxqa/testing/problem_params.cuh>
 #include "../examples/gpu_timing.cuh"
 
 namespace {

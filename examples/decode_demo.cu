@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 #include <vxqa/vxqa.cuh>
+#include <vxqa/testing/problem_params.cuh>
 #include "gpu_timing.cuh"
 
 namespace {

@@ -1,4 +1,6 @@
-// vxqa/vxqa.cuh — the umbrella header: every public piece of vxqa.
+// vxqa/vxqa.cuh — the umbrella header: every public piece of vxqa. The float64 reference
+// and the random problems of the tests are not part of it: they are vxqa::testing
+// (testing/include/vxqa/testing/).
 #pragma once
 #include <vxqa/common.cuh>
 #include <vxqa/numeric/e5m2.cuh>
@@ -10,7 +12,4 @@
 #include <vxqa/kernel/split_plan.cuh>
 #if !defined(__CUDACC_RTC__)
 #include <vxqa/api/decode.cuh>
-#include <vxqa/reference/decode_reference.h>
-#include <vxqa/reference/random_problem.h>
-#include <vxqa/api/problem_params.cuh>
 #endif

@@ -1,8 +1,8 @@
 // Tests of the float64 decode reference and of the random problems built to check kernels.
 #include <catch2/catch.hpp>
 
-#include <vxqa/reference/decode_reference.h>
-#include <vxqa/reference/random_problem.h>
+#include <vxqa/testing/decode_reference.h>
+#include <vxqa/testing/random_problem.h>
 
 #include <cmath>
 #include <cstdint>

@@ -76,6 +76,7 @@ Step valid_step(int page_size = Config::kPageSize ? Config::kPageSize : 16) {
   p.page_stride = int64_t(page_size) * kHkv * D;
   p.page_size = page_size;
   p.max_pages_per_seq = (kMaxContext + page_size - 1) / page_size;
+  p.num_pages = kMaxBatch * p.max_pages_per_seq;
   p.block_table = fake<const int32_t>(0x7f0000040000);
   p.block_table_stride = p.max_pages_per_seq;
   p.seq_lens = fake<const int32_t>(0x7f0000050000);
@@ -178,6 +179,8 @@ std::vector<Breakage> breakages() {
          REQUIRE(int64_t(s.params.max_pages_per_seq) * s.params.page_size < s.plan.max_context);
        }},
       {"max_pages_per_seq 0", "max_pages_per_seq", [](Step& s) { s.params.max_pages_per_seq = 0; }},
+      {"num_pages 0 (not given)", "num_pages", [](Step& s) { s.params.num_pages = 0; }},
+      {"num_pages -1", "num_pages", [](Step& s) { s.params.num_pages = -1; }},
       {"block_table_stride < max_pages_per_seq", "block_table_stride",
        [](Step& s) { s.params.block_table_stride = s.params.max_pages_per_seq - 1; }},
       {"block_table_stride 0", "block_table_stride", [](Step& s) { s.params.block_table_stride = 0; }},

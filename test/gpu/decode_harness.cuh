@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 #include <vxqa/vxqa.cuh>
+#include <vxqa/testing/problem_params.cuh>
 #include "gpu/gpu_check.cuh"
 
 namespace vxqa_test {

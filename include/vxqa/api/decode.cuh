@@ -47,6 +47,7 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.page_size = p.page_size;
   a.page_divmod = PageSize<0>(p.page_size);
   a.max_pages_per_seq = p.max_pages_per_seq;
+  a.num_pages = p.num_pages;
   a.seq_lens = p.seq_lens;
   a.batch = p.batch;
   a.num_kv_heads = p.num_kv_heads;

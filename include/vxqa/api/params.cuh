@@ -23,6 +23,10 @@ struct DecodeParams {
   const void* v_cache = nullptr;
   int64_t page_stride = 0, token_stride = 0, head_stride = 0;
   int page_size = 0;
+  // Pages in the K/V pool: every block-table id must lie in [0, num_pages). The kernel
+  // checks each id it uses; a bad one sets kDecodeErrorBadPage and yields NaN for that
+  // sequence, and nothing outside the pool is read.
+  int num_pages = 0;
   // block_table: int32 [batch, max_pages_per_seq] with a row stride (elements).
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;

@@ -122,6 +122,9 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
                            "token rows of one page overlap (stride too small, or 0)");
   if (p.page_stride == 0 && p.max_pages_per_seq > 1)
     return Status::invalid("page_stride", "is 0: every page would be the same memory");
+  if (p.num_pages < 1)
+    return Status::invalid("num_pages", "must be >= 1: the pages in the K/V pool, against which "
+                                        "the kernel checks every block-table id");
   if (!p.block_table) return Status::invalid("block_table", "is null");
   if (!aligned(p.block_table, 4)) return Status::invalid("block_table", "must be 4-byte aligned");
   if (p.max_pages_per_seq < 1) return Status::invalid("max_pages_per_seq", "must be >= 1");

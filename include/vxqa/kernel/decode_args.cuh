@@ -11,6 +11,7 @@ namespace vxqa {
 // Bits the kernels set in the workspace's error word.
 enum DecodeError : uint32_t {
   kDecodeErrorBadLength = 1u,  // a length < 0, above max_context or past the block table
+  kDecodeErrorBadPage = 2u,    // a block-table id that a valid length uses is outside [0, num_pages)
 };
 
 struct DecodeKernelArgs {
@@ -24,6 +25,7 @@ struct DecodeKernelArgs {
   int page_size;
   PageSize<0> page_divmod;  // prepared on the host: no divisor set-up in every thread
   int max_pages_per_seq;
+  int num_pages;  // ids outside [0, num_pages) are never dereferenced
   const int32_t* seq_lens;  // [B], device
 
   int batch;

@@ -1,11 +1,11 @@
-// vxqa/api/problem_params.cuh — the DecodeParams of a reference::RandomProblem whose host
+// vxqa/testing/problem_params.cuh — the DecodeParams of a reference::RandomProblem whose host
 // buffers were copied to the device as they are (cache, q, block table, lengths). The one
 // place where the demo, the benchmark, the tests and a user's own checks map a random
 // problem onto the public API.
 #pragma once
 #include <cstdint>
 #include <vxqa/api/params.cuh>
-#include <vxqa/reference/random_problem.h>
+#include <vxqa/testing/random_problem.h>
 
 namespace vxqa {
 
@@ -35,6 +35,7 @@ inline DecodeParams problem_params(const reference::RandomProblem& p, const Devi
   params.token_stride = p.token_stride;
   params.head_stride = p.head_stride;
   params.page_size = p.page_size;
+  params.num_pages = p.num_pages;
   params.block_table = d.block_table;
   params.block_table_stride = p.table_stride;
   params.max_pages_per_seq = p.max_pages;

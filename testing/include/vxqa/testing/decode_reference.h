@@ -1,4 +1,4 @@
-// vxqa/reference/decode_reference.h — float64 CPU reference of paged decode attention.
+// vxqa/testing/decode_reference.h — float64 CPU reference of paged decode attention.
 //
 // It is the yardstick for the kernels, so it shares nothing with them: its own fp16/E5M2
 // decode and its own address formula, written from the problem statement (design.md §1),

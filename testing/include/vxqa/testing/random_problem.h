@@ -1,10 +1,10 @@
-// vxqa/reference/random_problem.h — random decode problems for tests and demos, built the way
+// vxqa/testing/random_problem.h — random decode problems for tests and demos, built the way
 // a serving engine leaves its cache: permuted pages, ragged lengths, any strides, and
 // garbage (NaN/inf codes, huge values, out-of-range page ids) everywhere a correct kernel
 // must not look. Host only; plain C++17.
 #pragma once
 
-#include "decode_reference.h"
+#include <vxqa/testing/decode_reference.h>
 
 #include <algorithm>
 #include <cmath>
