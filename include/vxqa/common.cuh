@@ -44,7 +44,9 @@ VXQA_HD To bit_cast(const From& from) {
   return to;
 }
 
-// -infinity, spelled so that host compilers, nvcc and NVRTC all accept it.
+// -infinity and a quiet NaN, spelled so that host compilers, nvcc and NVRTC all accept them
+// (nanf("") parses its argument at run time in device code).
 VXQA_HD float negative_infinity() { return bit_cast<float>(0xff800000u); }
+VXQA_HD float quiet_nan() { return bit_cast<float>(0x7fc00000u); }
 
 }  // namespace vxqa

@@ -43,7 +43,7 @@ constexpr bool check_config() {
   static_assert(C::kElemBytes == eb, "elem bytes");
   static_assert(C::kThreads == 32 * kWarps, "a warp is 32 threads");
   static_assert(C::kCtaTokens == 32 * kWarps, "each warp takes a 32-token tile per round");
-  static_assert(C::kHeadsPerCta == 8 && C::kMaxGroup == 16, "one M tile of 8 heads, groups up to 16");
+  static_assert(C::kHeadsPerCta == 8, "one M tile of 8 heads");
   static_assert(std::is_same<typename C::Geometry, vxqa::pipeline::WarpTileGeometry<kD, eb>>::value,
                 "geometry");
   static_assert(std::is_same<typename C::LoadPolicy, vxqa::pipeline::Sm70RegisterStaged<kStages>>::value,

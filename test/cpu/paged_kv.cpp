@@ -10,6 +10,7 @@
 #include <vxqa/paged/paged_kv.cuh>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -427,4 +428,36 @@ TEST_CASE("paged KV: row offsets are 64-bit", "[paged_kv]") {
   CHECK(view.row_offset(0, 3, 799) == expected);
   CHECK(view.iterate(0, 3, 799, 801).row_offset() == expected);
   CHECK(view.sequence(0, 3).row_offset(799) == expected);
+}
+
+TEST_CASE("paged KV: checked_row_offset flags ids outside [0, num_pages) and stays in the pool",
+          "[paged_kv]") {
+  constexpr int kPages = 5, kPage = 16;
+  int32_t table[8] = {0, 4, 3, -1, 5, INT32_MIN, INT32_MAX, 50000000};
+  PagedKvLayout l;
+  l.k = l.v = nullptr;
+  l.page_stride = int64_t(kPage) * 2 * 128;
+  l.token_stride = 2 * 128;
+  l.head_stride = 128;
+  l.block_table = table;
+  l.block_table_stride = 8;
+  for (const int head : {0, 1}) {
+    const auto seq = PagedKvView<0, 1>(l, kPage).sequence(0, head);
+    for (int logical = 0; logical < 8; ++logical) {
+      const uint32_t token = uint32_t(logical * kPage + 7);
+      bool bad = false;
+      const int64_t off = seq.checked_row_offset(token, kPages, bad);
+      const bool in_pool = table[logical] >= 0 && table[logical] < kPages;
+      INFO("head " << head << ", logical page " << logical << " -> id " << table[logical]);
+      CHECK(bad == !in_pool);
+      if (in_pool) {
+        CHECK(off == seq.row_offset(token));
+      } else {  // this head's row 0 of page 0: inside any pool of >= 1 page
+        CHECK(off == int64_t(head) * 128);
+      }
+      bool still_bad = bad;  // a later good id never clears the flag
+      seq.checked_row_offset(0, kPages, still_bad);
+      CHECK(still_bad == bad);
+    }
+  }
 }

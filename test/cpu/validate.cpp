@@ -13,6 +13,7 @@
 #include <vxqa/kernel/config.cuh>
 #include <vxqa/kernel/split_plan.cuh>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -165,7 +166,7 @@ std::vector<Breakage> breakages() {
       {"head_dim mismatch", "head_dim", [=](Step& s) { s.params.head_dim = D == 128 ? 64 : 128; }},
       {"head_dim 0", "head_dim", [](Step& s) { s.params.head_dim = 0; }},
       {"group_size 0", "group_size", [](Step& s) { s.params.group_size = 0; }},
-      {"group_size 17", "group_size", [](Step& s) { s.params.group_size = 17; }},
+      {"group_size -1", "group_size", [](Step& s) { s.params.group_size = -1; }},
       {"group_size differs from the plan", "group_size", [](Step& s) { s.params.group_size = 5; }},
       {"num_kv_heads 0", "num_kv_heads", [](Step& s) { s.params.num_kv_heads = 0; }},
       {"num_kv_heads differs from the plan", "num_kv_heads", [](Step& s) { s.params.num_kv_heads = 3; }},
@@ -205,6 +206,10 @@ std::vector<Breakage> breakages() {
       {"plan.max_batch 0", "plan.max_batch", [](Step& s) { s.plan.max_batch = 0; }},
       {"plan.max_context 0", "plan.max_context", [](Step& s) { s.plan.max_context = 0; }},
       {"plan.max_batch over the grid limit", "plan.max_batch", [](Step& s) { s.plan.max_batch = 70000; }},
+      {"plan.max_context + chunk_tokens wraps an int", "plan.max_context", [](Step& s) {
+         s.plan.max_context = INT32_MAX - s.plan.chunk_tokens + 1;
+         s.plan.num_chunks = int((int64_t(s.plan.max_context) + s.plan.chunk_tokens - 1) / s.plan.chunk_tokens);
+       }},
       // Each scale fine alone, their product not representable in fp32.
       {"softmax_scale * k_scale overflows", "softmax_scale", [](Step& s) {
          s.params.softmax_scale = 1e20f;
@@ -375,12 +380,14 @@ TEST_CASE("make_decode_plan rejects capacities past the grid and int limits", "[
   DecodePlan plan;
   CHECK(make_decode_plan<Config>(65536, 1024, 1, 6, 80, &plan).field() == "max_batch");
   CHECK(make_decode_plan<Config>(16, 1024, 40000, 12, 80, &plan).field() == "num_kv_heads");
-  // The largest context: chunk arithmetic in 64 bits, a positive chunk count that covers it.
-  const Status st = make_decode_plan<Config>(1, std::numeric_limits<int>::max(), 1, 6, 80, &plan);
+  // The largest context (a chunk's end must still fit in an int): chunk arithmetic in 64
+  // bits, a positive chunk count that covers it.
+  const int largest = std::numeric_limits<int>::max() - 64 * Config::kCtaTokens;
+  const Status st = make_decode_plan<Config>(1, largest, 1, 6, 80, &plan);
   INFO(st.message());
   REQUIRE(st.ok());
   CHECK(plan.num_chunks > 0);
-  CHECK(int64_t(plan.num_chunks) * plan.chunk_tokens >= int64_t(std::numeric_limits<int>::max()));
+  CHECK(int64_t(plan.num_chunks) * plan.chunk_tokens >= int64_t(largest));
   CHECK(validate_plan<Config>(plan).ok());
 }
 
@@ -457,4 +464,33 @@ TEST_CASE("validate rejects a plan whose workspace is too small for this Config'
   const Status st = run<Big>(s);
   CHECK_FALSE(st.ok());
   CHECK(st.field() == "plan.workspace_bytes");
+}
+
+TEST_CASE("groups larger than one M tile: any G is planned and validated, up to the grid limit",
+          "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  for (const int group : {9, 16, 17, 24, 64, 100}) {
+    Step s = valid_step<Config>();
+    s.plan = make_plan<Config>(8, 4096, 2, group, 80);
+    s.workspace_bytes = s.plan.workspace_bytes;
+    s.params.group_size = group;
+    s.params.q_batch_stride = s.params.out_batch_stride = int64_t(2) * group * Config::kHeadDim;
+    const Status st = run<Config>(s);
+    INFO("G " << group << ": " << st.message());
+    CHECK(st.ok());
+  }
+  DecodePlan plan;  // 8192 KV heads x 8 M tiles of a group of 64 = 65536 > 65535
+  const Status st = make_decode_plan<Config>(1, 4096, 8192, 64, 80, &plan);
+  CHECK(st.field() == "num_kv_heads");
+}
+
+TEST_CASE("make_decode_plan bounds max_context so that a chunk's end cannot wrap an int",
+          "[validate]") {
+  using Config = DecodeConfig<128, KvType::kE5M2>;
+  DecodePlan plan;
+  const int chunk = 64 * Config::kCtaTokens;
+  CHECK(make_decode_plan<Config>(1, INT32_MAX - chunk, 1, 6, 80, &plan, chunk).ok());
+  const Status st = make_decode_plan<Config>(1, INT32_MAX - chunk + 1, 1, 6, 80, &plan, chunk);
+  CHECK(st.field() == "max_context");
+  CHECK(make_decode_plan<Config>(1, INT32_MAX, 1, 6, 80, &plan).field() == "max_context");
 }

@@ -17,8 +17,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
   if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
   if (num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
-  if (group_size < 1 || group_size > Config::kMaxGroup)
-    return Status::invalid("group_size", "must be in 1.." + std::to_string(Config::kMaxGroup));
+  if (group_size < 1) return Status::invalid("group_size", "must be >= 1");
   if (sm_count < 1) return Status::invalid("sm_count", "must be >= 1");
   if (chunk_tokens < 0 || chunk_tokens % Config::kCtaTokens != 0)
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
@@ -28,14 +27,18 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (max_batch > 65535) return Status::invalid("max_batch", "must be <= 65535 (grid limit)");
   if (int64_t(num_kv_heads) * m_tiles > 65535)
     return Status::invalid("num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
+  const int chunk = chunk_tokens ? chunk_tokens
+                                 : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
+                                                       Config::kCtaTokens, 4 * sm_count);
+  if (!chunk_end_fits(max_context, chunk))
+    return Status::invalid("max_context", std::to_string(max_context) + " plus the chunk (" +
+                                              std::to_string(chunk) + " tokens) must fit in an int");
   DecodePlan p;
   p.max_batch = max_batch;
   p.max_context = max_context;
   p.num_kv_heads = num_kv_heads;
   p.group_size = group_size;
-  p.chunk_tokens = chunk_tokens ? chunk_tokens
-                                : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
-                                                      Config::kCtaTokens, 4 * sm_count);
+  p.chunk_tokens = chunk;
   p.num_chunks = static_cast<int>((int64_t(max_context) + p.chunk_tokens - 1) / p.chunk_tokens);
   p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
                                            Config::kHeadDim);

@@ -4,6 +4,11 @@
 // max and sum come from CUB block reductions whose tree is fixed by the block size, so the
 // same input gives the same bits run after run, and a sequence's result does not depend on
 // the rest of the batch (its chunks are cut at absolute token positions).
+//
+// NaN: a NaN chunk LSE (a NaN score, or a bad page id in that chunk) makes the max, every
+// weight and so the whole result NaN. A chunk whose live scores were all -inf arrives as
+// O = 0, LSE -inf and weighs 0; if every chunk is like that, the result is NaN (0 / 0, as
+// the float64 reference gives).
 #pragma once
 #include <cub/block/block_reduce.cuh>
 #include <cuda_fp16.h>
@@ -16,9 +21,10 @@ namespace vxqa {
 #if VXQA_IS_CUDA_COMPILER
 inline constexpr int kCombineThreads = 128;
 
-// cub::Max is gone from CUB 3 and cuda::maximum is not in CUDA 11.8: our own operator.
-struct MaxOp {
-  VXQA_DEVICE float operator()(float a, float b) const { return fmaxf(a, b); }
+// cub::Max is gone from CUB 3 and cuda::maximum is not in CUDA 11.8: our own operator,
+// which keeps NaN (fmaxf would drop it).
+struct MaxKeepNanOp {
+  VXQA_DEVICE float operator()(float a, float b) const { return softmax::max_keep_nan(a, b); }
 };
 
 template <int kHeadDim>
@@ -36,8 +42,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
 
   const int len = a.seq_lens[seq_index];
   if (!length_is_valid(len, a)) {  // the decode kernel has flagged it
-    for (int d = threadIdx.x; d < kHeadDim; d += kCombineThreads) out[d] = __float2half_rn(nanf(""));
-    if (threadIdx.x == 0 && lse) *lse = nanf("");
+    for (int d = threadIdx.x; d < kHeadDim; d += kCombineThreads) out[d] = __float2half_rn(quiet_nan());
+    if (threadIdx.x == 0 && lse) *lse = quiet_nan();
     return;
   }
   const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
@@ -46,8 +52,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   const float* chunk_o = a.partial_o + first * kHeadDim;
 
   float local_max = negative_infinity();
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) local_max = fmaxf(local_max, chunk_lse[c]);
-  const float block_max = Reduce(reduce_storage).Reduce(local_max, MaxOp());
+  for (int c = threadIdx.x; c < chunks; c += kCombineThreads)
+    local_max = softmax::max_keep_nan(local_max, chunk_lse[c]);
+  const float block_max = Reduce(reduce_storage).Reduce(local_max, MaxKeepNanOp());
   if (threadIdx.x == 0) shared_max = block_max;
   __syncthreads();
   const float m = shared_max;
@@ -77,12 +84,17 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
         for (int c = 0; c < block; ++c) o[k] += weight[c] * chunk_o[int64_t(c0 + c) * kHeadDim + d];
     }
   }
+  // Live tokens whose scores are all -inf: no chunk has weight (m = -inf), the softmax is
+  // 0/0. A NaN factor makes every output NaN (a select per output made ptxas 12.8 spill).
+  const bool undefined = chunks > 0 && m == negative_infinity();
+  const float v_scale = undefined ? quiet_nan() : a.v_scale;
 #pragma unroll
   for (int k = 0; k < kDimsPerThread; ++k) {
     const int d = threadIdx.x + k * kCombineThreads;
-    if (d < kHeadDim) out[d] = __float2half_rn(chunks > 0 ? o[k] / sum * a.v_scale : 0.f);
+    if (d < kHeadDim) out[d] = __float2half_rn(chunks > 0 ? o[k] / sum * v_scale : 0.f);
   }
-  if (threadIdx.x == 0 && lse) *lse = chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
+  if (threadIdx.x == 0 && lse)
+    *lse = undefined ? quiet_nan() : chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
 }
 #endif
 

@@ -1,7 +1,8 @@
 // vxqa/kernel/config.cuh — the one knob a user turns: a DecodeConfig names the head dim,
-// the cache's element type, the warps per CTA, the register stages of the load pipeline and
-// the page size (0 = given at run time). Everything else is derived here, and every
-// combination that cannot work fails here with a message.
+// the cache's element type, the warps per CTA, the register stages of the load pipeline,
+// the page size (0 = given at run time), where E5M2 becomes fp16, and whether block-table
+// ids are checked. Everything else is derived here, and every combination that cannot work
+// fails here with a message.
 #pragma once
 #include <vxqa/common.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
@@ -30,8 +31,14 @@ inline constexpr int kSm70MaxSmemBytes = 96 * 1024;
 
 using pipeline::ConvertAt;
 
+// kOn: every block-table id a valid length uses is checked against DecodeParams::num_pages;
+// a bad one sets kDecodeErrorBadPage, yields NaN for its sequence, and is never
+// dereferenced. kOff trusts the table (an id outside the pool is an out-of-bounds read);
+// it exists to measure what the check costs (docs/measurements.md).
+enum class PageIdCheck { kOn, kOff };
+
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
-          ConvertAt Convert = ConvertAt::kConsume>
+          ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -47,6 +54,7 @@ struct DecodeConfig {
   static_assert(PageSize >= 0, "DecodeConfig: PageSize is a page size >= 1, or 0 for run time");
 
   static constexpr ConvertAt kConvertAt = Convert;
+  static constexpr bool kChecksPageIds = Check == PageIdCheck::kOn;
   static_assert(Convert == ConvertAt::kConsume || Kv == KvType::kE5M2,
                 "DecodeConfig: ConvertAt::kPublish only applies to E5M2 caches");
   // Rows as loaded from the cache, and as the consumers read them in shared memory.
@@ -54,9 +62,10 @@ struct DecodeConfig {
   using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? 2 : kElemBytes>;
   using LoadPolicy = pipeline::Sm70RegisterStaged<Stages>;
 
-  // One M tile of 8 query heads per CTA; a group of up to kMaxGroup takes several CTAs.
+  // One M tile of 8 query heads per CTA: a group of G heads takes ceil(G / 8) CTAs per KV
+  // head, each reading the KV once. Any G works; the grid limit (num_kv_heads x M tiles
+  // <= 65535) is the only bound.
   static constexpr int kHeadsPerCta = 8;
-  static constexpr int kMaxGroup = 16;
 
   // A piece (what one register stage holds) is at most 8 KB per warp: 64 registers a lane.
   static constexpr int kPieceTokens =

@@ -6,6 +6,12 @@
 // softmax and PV on mma.m8n8k4, and the warps merge (m, l, O) once at the end. With one
 // chunk the CTA writes O (and LSE) itself; otherwise it writes the chunk's partial and
 // combine_kernel merges the chunks.
+//
+// What a CTA writes for a head: zeros and LSE -inf when the sequence has no token; NaN when
+// its length is invalid, when a block-table id it uses is outside the pool (Config's
+// PageIdCheck), when a live score, q, K or V is NaN or meets inf the IEEE way, or when every
+// live score is -inf (0/0, as the float64 reference gives). A chunk with l = 0 writes a
+// partial of O = 0 and LSE -inf, so it adds nothing to the combine (never 0 · NaN).
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/common.cuh>
@@ -48,10 +54,17 @@ struct DecodeCta {
       return n < kTileTokens ? n : kTileTokens;
     }
     // Byte offset of this lane's token row of tile j (0 where there is none: the block
-    // table past a sequence's last page is never read).
-    VXQA_DEVICE int64_t lane_row_offset(const Sequence& seq, int j) const {
+    // table past a sequence's last page is never read). A page id outside the pool sets
+    // `bad_page` and gives an offset inside it.
+    VXQA_DEVICE int64_t lane_row_offset(const Sequence& seq, int j, int num_pages, bool& bad_page) const {
       const int lane = threadIdx.x & 31;
-      return lane < valid_rows(j) ? seq.row_offset(uint32_t(start(j) + lane)) : 0;
+      if (lane >= valid_rows(j)) return 0;
+      const uint32_t token = uint32_t(start(j) + lane);
+      if constexpr (Config::kChecksPageIds) {
+        return seq.checked_row_offset(token, num_pages, bad_page);
+      } else {
+        return seq.row_offset(token);
+      }
     }
   };
 
@@ -99,11 +112,12 @@ struct DecodeCta {
 #pragma unroll
       for (int i = 0; i < 8; ++i) o[n][i] = 0.f;
 
+    bool bad_page = false;
     if (tiles.count > 0) {
       Publisher publisher(*tile_storage);
       Piece staged[kStages];
-      int64_t offset_this = tiles.lane_row_offset(seq, 0);
-      int64_t offset_next = tiles.lane_row_offset(seq, 1);
+      int64_t offset_this = tiles.lane_row_offset(seq, 0, a.num_pages, bad_page);
+      int64_t offset_next = tiles.lane_row_offset(seq, 1, a.num_pages, bad_page);
 #pragma unroll
       for (int s = 0; s < kStages; ++s) load_piece(staged[s], a, tiles, s, 0, offset_this);
 
@@ -139,11 +153,13 @@ struct DecodeCta {
         rescale(o, alpha);
         Pv::run(p_tile, publisher.tile, o);
         offset_this = offset_next;
-        offset_next = tiles.lane_row_offset(seq, j + 2);
+        offset_next = tiles.lane_row_offset(seq, j + 2, a.num_pages, bad_page);
       }
     }
 
-    __syncthreads();  // every warp is done with its tile: reuse it for the merge
+    // Every warp is done with its tile: reuse it for the merge.
+    const bool cta_bad_page = __syncthreads_or(bad_page);
+    if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
     float* merge_o = reinterpret_cast<float*>(warp_area);
     float* merge_ml = reinterpret_cast<float*>(s_tile);
 #pragma unroll
@@ -155,7 +171,7 @@ struct DecodeCta {
       merge_ml[8 + softmax::softmax_row(lane)] = row.l;
     }
     __syncthreads();
-    merge_and_write(a, smem, seq_index, q_head0, heads, chunk);
+    merge_and_write(a, smem, seq_index, q_head0, heads, chunk, end > begin, cta_bad_page);
   }
 
   VXQA_DEVICE static PageSize<Config::kPageSize> page_size(const DecodeKernelArgs& a) {
@@ -210,13 +226,16 @@ struct DecodeCta {
   }
 
   // Merges the warps' (m, l, O) and writes O and LSE (one chunk) or the chunk's partial.
+  // `live`: the chunk holds tokens of the sequence; `bad_page`: one of its ids was bad.
   VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem,
-                                          int seq_index, int q_head0, int heads, int chunk) {
+                                          int seq_index, int q_head0, int heads, int chunk,
+                                          bool live, bool bad_page) {
     const int q_heads = a.num_kv_heads * a.group_size;
+    const float nan = quiet_nan();
     for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
       const int head = i / kD, dim = i % kD;
       float m = negative_infinity();
-      for (int w = 0; w < Config::kWarps; ++w) m = fmaxf(m, warp_ml(smem, w)[head]);
+      for (int w = 0; w < Config::kWarps; ++w) m = softmax::max_keep_nan(m, warp_ml(smem, w)[head]);
       float l = 0.f, o = 0.f;
       for (int w = 0; w < Config::kWarps; ++w) {
         const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], m);
@@ -225,14 +244,20 @@ struct DecodeCta {
       }
       const int q_head = q_head0 + head;
       if (a.num_chunks == 1) {
-        const float value = l > 0.f ? o / l * a.v_scale : 0.f;
+        // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
+        const float value = bad_page ? nan : live ? o / l * a.v_scale : 0.f;
         a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
-        if (dim == 0 && a.lse)
-          a.lse[int64_t(seq_index) * q_heads + q_head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : negative_infinity();
+        if (dim == 0 && a.lse) {
+          const float lse = bad_page ? nan : !live ? negative_infinity()
+                                           : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
+          a.lse[int64_t(seq_index) * q_heads + q_head] = lse;
+        }
       } else {
+        // A chunk whose live scores are all -inf (l = 0) must weigh nothing in the combine:
+        // O = 0 rather than 0 / 0. A bad page makes the chunk, and so the sequence, NaN.
         const int64_t slot = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks + chunk;
-        a.partial_o[slot * kD + dim] = o / l;
-        if (dim == 0) a.partial_lse[slot] = m + log2f(l);
+        a.partial_o[slot * kD + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
+        if (dim == 0) a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
       }
     }
   }
@@ -249,8 +274,8 @@ struct DecodeCta {
     const int q_heads = a.num_kv_heads * a.group_size;
     for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
       const int q_head = q_head0 + i / kD;
-      a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kD] = __float2half_rn(nanf(""));
-      if (i % kD == 0 && a.lse) a.lse[int64_t(seq_index) * q_heads + q_head] = nanf("");
+      a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kD] = __float2half_rn(quiet_nan());
+      if (i % kD == 0 && a.lse) a.lse[int64_t(seq_index) * q_heads + q_head] = quiet_nan();
     }
   }
 };

@@ -24,6 +24,12 @@ VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, 
   return 256 + lse_bytes + slots * head_dim * 4;
 }
 
+// The kernels compute a chunk's end as begin + chunk_tokens in int, with begin below
+// max_context: that must not wrap.
+VXQA_HD bool chunk_end_fits(int max_context, int chunk_tokens) {
+  return int64_t(max_context) + chunk_tokens <= int64_t(0x7fffffff);
+}
+
 // The chunk: the largest multiple of cta_tokens, at most 64 of them, that still gives at
 // least `target_ctas` CTAs at full capacity (or the smallest multiple when none does).
 VXQA_HD int choose_chunk_tokens(int max_batch, int max_context, int head_tiles, int cta_tokens,

@@ -132,6 +132,20 @@ class PagedKvSequence {
   VXQA_HD const uint8_t* k_row(uint32_t token) const { return k_ + row_offset(token); }
   VXQA_HD const uint8_t* v_row(uint32_t token) const { return v_ + row_offset(token); }
 
+  // row_offset for a block table that may be corrupt: when the token's page id lies outside
+  // [0, num_pages), sets `bad` and returns the offset of this head's row 0 of page 0, which
+  // is inside the pool (num_pages >= 1), so the caller's load stays in bounds.
+  VXQA_HD int64_t checked_row_offset(uint32_t token, int num_pages, bool& bad) const {
+    uint32_t page, slot;
+    page_size_.divmod(token, page, slot);
+    const int32_t id = physical_page(page);
+    if (static_cast<uint32_t>(id) >= static_cast<uint32_t>(num_pages)) {  // also id < 0
+      bad = true;
+      return head_offset_;
+    }
+    return head_offset_ + int64_t(id) * page_bytes_ + int64_t(slot) * token_bytes_;
+  }
+
   VXQA_HD PagedKvIterator<kPageSize, kElemBytes> iterate(uint32_t begin, uint32_t end) const {
     return PagedKvIterator<kPageSize, kElemBytes>(*this, begin, end);
   }

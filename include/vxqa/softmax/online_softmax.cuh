@@ -3,6 +3,11 @@
 // Scores arrive already multiplied by softmax_scale · k_scale · log2(e), so exp2 gives the
 // natural-exponent softmax. A masked score is -inf; a row that has seen only -inf keeps
 // m = -inf, l = 0 and yields p = 0 and a rescale factor of 1 (never exp2(-inf - -inf)).
+//
+// NaN follows IEEE arithmetic, as the float64 reference does: a NaN score makes the row's
+// max NaN (max_keep_nan), and from there p, l, the rescale factor and O are all NaN. A +inf
+// score gives exp2(inf - inf) = NaN the same way. Whoever writes the result decides what
+// l = 0 means (no live token, or every live score -inf: see the decode kernel).
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/common.cuh>
@@ -30,14 +35,10 @@ VXQA_HD float rescale_factor(float m_old, float m_new) {
   return m_new == negative_infinity() ? 1.f : exp2f(m_old - m_new);
 }
 
-// Merges two partial rows (m_a, l_a) and (m_b, l_b): the max and the weights of each side.
-struct MergeWeights {
-  float m, wa, wb;
-};
-VXQA_HD MergeWeights merge_weights(float m_a, float m_b) {
-  const float m = m_a > m_b ? m_a : m_b;
-  return MergeWeights{m, rescale_factor(m_a, m), rescale_factor(m_b, m)};
-}
+// max(a, b), NaN when either is NaN. fmaxf drops a NaN operand: a row of NaN scores would
+// then keep m = -inf and look empty (zeros instead of NaN, and a different answer under
+// another split).
+VXQA_HD float max_keep_nan(float a, float b) { return (a > b || a != a) ? a : b; }
 
 #if VXQA_IS_CUDA_COMPILER
 // The softmax step of one warp tile (8 heads x 32 tokens): reads S (fp32, ScoreTileLayout),
@@ -52,10 +53,10 @@ VXQA_DEVICE RowState online_softmax_step(RowState row, const uint8_t* s_tile, ui
   const float v[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
   float tile_max = v[0];
 #pragma unroll
-  for (int i = 1; i < 8; ++i) tile_max = fmaxf(tile_max, v[i]);
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
-  const float m_new = fmaxf(row.m, tile_max);
+  for (int i = 1; i < 8; ++i) tile_max = max_keep_nan(tile_max, v[i]);
+  tile_max = max_keep_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
+  tile_max = max_keep_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
+  const float m_new = max_keep_nan(row.m, tile_max);
   const bool empty = m_new == negative_infinity();
   uint32_t packed[4];
   float sum = 0.f;
