@@ -255,7 +255,7 @@ def run_tool(argv):
     return proc.stdout
 
 
-BRA_TARGET_RE = re.compile(r"BRA\s+(?:`?\(?)0x([0-9a-fA-F]+)")
+BRA_TARGET_RE = re.compile(r"BRA(?:\.\w+)*\s+(?:`?\(?)0x([0-9a-fA-F]+)")
 INSTR_RE = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(.*?)\s*;\s*(?:/\*.*\*/\s*)?$")
 FUNC_RE = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 ARCH_RE = re.compile(r"^\s*code for (sm_\w+)")
