@@ -77,6 +77,12 @@ bool read_cubin(const Options& options, const std::string& path,
     std::fprintf(stderr, "config_report: %s is not named NAME.sm70.TOOLCHAIN.cubin\n", path.c_str());
     return false;
   }
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "config_report: %s does not exist (build the target vxqa_sm70)\n", path.c_str());
+    return false;
+  }
   Toolchain& t = (*toolchains)[toolchain];
   t.shown_paths.push_back(shown_path(path, options.repo_root));
   const size_t kernels_before = t.kernels.size();
