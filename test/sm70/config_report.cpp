@@ -3,11 +3,11 @@
 //   threads        32 x Warps, at most the 1024 of a CTA;
 //   smem B         the dynamic shared memory (kSmemBytes; the decode kernels declare no
 //                  static shared memory), at most the 96 KB an SM70 CTA can have;
-//   regs, CTAs/SM  per toolchain of the sm_70 cubins given on the command line: the registers
-//                  ptxas gave the kernel (it must be in one of them, unspilled), and the CTAs per SM
-//                  that registers, shared memory and warps allow on a V100, from NVIDIA's
-//                  occupancy calculator (cuda_occupancy.h) with the V100's limits; at least
-//                  the floor stated for the Config below.
+//   regs, CTAs/SM  per toolchain of the sm_70 cubins given on the command line: the
+//                  registers ptxas gave the kernel (it must be in one of them, unspilled),
+//                  and the CTAs per SM that registers, shared memory and warps allow on a
+//                  V100, from NVIDIA's occupancy calculator (cuda_occupancy.h) with the
+//                  V100's limits; at least the floor stated for the Config below.
 // A row that misses a bound is marked FAIL and the exit status is 1.
 //
 //   sm70_config_report --cuobjdump PATH --repo-root DIR CUBIN...
