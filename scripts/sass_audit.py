@@ -6,8 +6,12 @@
 
 Runs `cuobjdump -res-usage` and `cuobjdump -sass` on CUBIN, prints one row per kernel
 (registers, static shared memory, stack frame, local memory, counts of the instructions that
-matter for vxqa on Volta, total instructions) and checks every kernel against the
-`vxqa-audit:` comment lines of the --source files:
+matter for vxqa on Volta, total instructions) and, under a kernel whose HMMAs sit in a loop,
+a `main loop` row with the same counts for that loop's body alone: the instructions from the
+target of its backward branch to the branch (the loop whose body holds the most HMMA.884;
+out-of-line blocks the body jumps to are not counted). In the decode kernels that loop runs
+once per 32-token tile of a warp. It then checks every kernel against the `vxqa-audit:`
+comment lines of the --source files:
 
     // vxqa-audit: kernel=REGEX [require=OP,...] [forbid=OP,...] [max-registers=N]
     //             [max-stack=N] [max-local=N] [max-shared=N] [max-instructions=N]
@@ -30,6 +34,10 @@ An OP is an opcode with optional modifiers, e.g. HMMA.884, LDG.E.128, LDL, BAR. 
 instruction whose opcode is the same and whose modifiers include all of OP's, in any order:
 LDG.E.128 matches LDG.E.128.CONSTANT.SYS, LDL matches LDL.LU.64, HMMA.884 matches
 HMMA.884.F32.F32.STEP0.
+
+Paths it prints (the cubin, the sources of the vxqa-audit lines) are relative to the
+repository (the directory above scripts/), or file names where they lie outside it, so its
+output names nothing of the machine it ran on; cuobjdump is named by its release.
 
 Several lines may match one kernel; all of them apply. Exit status: 0 when every check holds,
 1 on a violation (each one is printed), 2 on usage errors, a missing file, a source without
@@ -64,8 +72,19 @@ DEFAULT_CUOBJDUMP_CANDIDATES = [
 ]
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 class UsageError(Exception):
     pass
+
+
+def shown_path(path):
+    """`path` as printed: relative to the repository, or its file name when outside it."""
+    absolute = os.path.abspath(path)
+    if os.path.commonpath([absolute, REPO_ROOT]) == REPO_ROOT:
+        return os.path.relpath(absolute, REPO_ROOT)
+    return os.path.basename(absolute)
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +115,7 @@ class OpPattern:
 
 class Expectation:
     def __init__(self, path, line_no, text):
-        self.where = "%s:%d" % (path, line_no)
+        self.where = "%s:%d" % (shown_path(path), line_no)
         self.text = text.strip()
         self.kernel_re = None
         self.require = []
@@ -179,6 +198,23 @@ class Kernel:
     def count(self, pattern):
         return sum(1 for _, op, _ in self.instructions if pattern.matches(op))
 
+    def main_loop(self):
+        """The body of the backward-branch loop holding the most HMMA.884, or None."""
+        hmma = OpPattern("HMMA.884")
+        best, best_hmma = None, 0
+        for address, op, text in self.instructions:
+            target = BRA_TARGET_RE.search(text) if split_opcode(op)[0] == "BRA" else None
+            if not target:
+                continue
+            end, start = int(address, 16), int(target.group(1), 16)
+            if start >= end:
+                continue
+            body = [i for i in self.instructions if start <= int(i[0], 16) <= end]
+            n = sum(1 for _, o, _ in body if hmma.matches(o))
+            if n > best_hmma or (n == best_hmma and best is not None and len(body) < len(best)):
+                best, best_hmma = body, n
+        return best
+
     def examples(self, pattern, limit=3):
         return ["/*%s*/ %s" % (addr, text) for addr, op, text in self.instructions
                 if pattern.matches(op)][:limit]
@@ -201,6 +237,12 @@ def find_cuobjdump(explicit):
     raise UsageError("no cuobjdump found; pass --cuobjdump (CUDA 11.8's reads sm_70 cubins)")
 
 
+def tool_release(cuobjdump):
+    """'cuobjdump 11.8' from `cuobjdump --version` (its path says nothing about the cubin)."""
+    m = re.search(r"release (\d+\.\d+)", run_tool([cuobjdump, "--version"]))
+    return "cuobjdump %s" % (m.group(1) if m else "of unknown release")
+
+
 def run_tool(argv):
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -213,6 +255,7 @@ def run_tool(argv):
     return proc.stdout
 
 
+BRA_TARGET_RE = re.compile(r"BRA(?:\.\w+)*\s+(?:`?\(?)0x([0-9a-fA-F]+)")
 INSTR_RE = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(.*?)\s*;\s*(?:/\*.*\*/\s*)?$")
 FUNC_RE = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 ARCH_RE = re.compile(r"^\s*code for (sm_\w+)")
@@ -288,7 +331,7 @@ def trim_padding(kernel):
     while ins and split_opcode(ins[-1][1])[0] == "NOP":
         ins.pop()
     if ins and split_opcode(ins[-1][1])[0] == "BRA":
-        target = re.search(r"BRA\s+(?:`?\(?)0x([0-9a-fA-F]+)", ins[-1][2])
+        target = BRA_TARGET_RE.search(ins[-1][2])
         if target and int(target.group(1), 16) == int(ins[-1][0], 16):
             ins.pop()
 
@@ -307,6 +350,12 @@ def print_table(kernels, checked_names):
         row += [k.count(p) for p in patterns]
         row += [len(k.instructions), checked_names.get(k.name, "-")]
         rows.append([str(c) for c in row])
+        loop = k.main_loop()
+        if loop:
+            row = ["  main loop 0x%s..0x%s" % (loop[0][0], loop[-1][0]), "", "", "", ""]
+            row += [sum(1 for _, op, _ in loop if p.matches(op)) for p in patterns]
+            row += [len(loop), ""]
+            rows.append([str(c) for c in row])
     widths = [max(len(r[i]) for r in rows + [headers]) for i in range(len(headers))]
 
     def fmt(r):
@@ -388,6 +437,7 @@ def main(argv=None):
             raise UsageError("no `// vxqa-audit:` line in %s; an audit TU must state what it "
                              "expects" % ", ".join(args.source))
         cuobjdump = find_cuobjdump(args.cuobjdump)
+        release = tool_release(cuobjdump)
         kernels = {}
         parse_res_usage(run_tool([cuobjdump, "-res-usage", args.cubin]), kernels)
         archs = parse_sass(run_tool([cuobjdump, "-sass", args.cubin]), kernels)
@@ -401,15 +451,15 @@ def main(argv=None):
     demangle(kernel_list)
     kernel_list.sort(key=lambda k: k.demangled)
 
-    print("sass_audit: %s (%s; %s)%s" % (args.cubin, ", ".join(sorted(archs)) or "arch ?",
-                                         cuobjdump, " [%s]" % args.toolchain if args.toolchain
-                                         else ""))
+    print("sass_audit: %s (%s; %s)%s" % (shown_path(args.cubin),
+                                         ", ".join(sorted(archs)) or "arch ?", release,
+                                         " [%s]" % args.toolchain if args.toolchain else ""))
     violations = []
     if args.expect_arch and archs != {args.expect_arch}:
         violations.append("cubin holds code for %s, expected %s only"
                           % (", ".join(sorted(archs)) or "no architecture", args.expect_arch))
     if not kernel_list:
-        violations.append("no kernel in %s" % args.cubin)
+        violations.append("no kernel in %s" % shown_path(args.cubin))
     more, status = check(kernel_list, expectations, args.toolchain)
     violations += more
 

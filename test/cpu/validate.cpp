@@ -268,9 +268,17 @@ TEST_CASE("validate: a valid step passes; every field broken alone is named, E5M
   check_every_field<Config>(1);
 }
 
-TEST_CASE("validate: every field, fp16 D256 2 stages", "[validate]") {
+TEST_CASE("validate: every field, fp16 D256", "[validate]") {
   check_every_field<DecodeConfig<256, KvType::kFp16, 4, 1>>(16);
   check_every_field<DecodeConfig<256, KvType::kFp16, 4, 1>>(784);
+}
+
+TEST_CASE("validate: every field, fp16 D128 2 stages", "[validate]") {
+  // D = 256 takes one stage only (two spill); D = 128 fp16 takes two, at the register limit.
+  using Config = DecodeConfig<128, KvType::kFp16, 4, 2>;
+  static_assert(Config::kStages == 2, "this case is about a two-stage Config");
+  check_every_field<Config>(16);
+  check_every_field<Config>(784);
 }
 
 TEST_CASE("validate: every field, E5M2 D64 with a compile-time page of 16", "[validate]") {

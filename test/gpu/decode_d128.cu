@@ -6,6 +6,10 @@ using E5m2Runtime = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
 using Fp16Runtime = vxqa::DecodeConfig<128, vxqa::KvType::kFp16>;
 using E5m2ConvertAtPublish =
     vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kPublish>;
+// Two register stages: each warp keeps two pieces of its K/V stream in flight (D = 128
+// takes 1 or 2 stages; more than the 2 pieces of a tile is rejected).
+using E5m2TwoStages = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 2>;
+using Fp16TwoStages = vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 4, 2>;
 
 TEST_CASE("D128 E5M2: groups x page sizes x edge lengths", "[decode_d128]") {
   sweep_groups_and_pages<E5m2Runtime>({1, 2, 4, 6, 8, 12, 16}, {16, 64, 784, 800}, 6000);
@@ -17,4 +21,12 @@ TEST_CASE("D128 fp16 cache", "[decode_d128]") {
 
 TEST_CASE("D128 E5M2 converted to fp16 when published", "[decode_d128]") {
   sweep_groups_and_pages<E5m2ConvertAtPublish>({1, 6, 16}, {16, 800}, 6500);
+}
+
+TEST_CASE("D128 E5M2, 2 stages", "[decode_d128]") {
+  sweep_groups_and_pages<E5m2TwoStages>({1, 6, 16}, {16, 64, 800}, 7500);
+}
+
+TEST_CASE("D128 fp16 cache, 2 stages", "[decode_d128]") {
+  sweep_groups_and_pages<Fp16TwoStages>({1, 6, 16}, {16, 784}, 7600);
 }

@@ -15,4 +15,6 @@
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<64, vxqa::KvType::kFp16>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kPublish>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 2>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<64, vxqa::KvType::kFp16, 4, 2>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<64>(const vxqa::DecodeKernelArgs);
