@@ -25,9 +25,13 @@ using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0>;
 // The other conversion policy (E5M2 -> fp16 when published to shared memory); its fp16
 // tiles take twice the shared memory, so 2 warps a CTA.
 using E5m2Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish>;
+// The seed Config with block-table ids trusted: what the id check costs.
+using E5m2Unchecked = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
+                                         vxqa::PageIdCheck::kOff>;
 
 template <class Config>
 const char* config_name() {
+  if (!Config::kChecksPageIds) return "convert at consume, ids unchecked";
   return Config::kConvertAt == vxqa::ConvertAt::kPublish ? "convert at publish" : "convert at consume";
 }
 
@@ -160,6 +164,8 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
   results.push_back(run_shape<E5m2Publish>(shapes[0], stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
+  for (int i : {0, 1, 3})
+    results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
   results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
                                         prop.multiProcessorCount, prop.l2CacheSize, copy));
 
@@ -168,7 +174,7 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::printf("%s (sm_%d%d), copy bandwidth %.0f GB/s, %s, %s, commit %s\n", prop.name, prop.major,
               prop.minor, copy, label.c_str(), date, commit.c_str());
-  std::printf("| shape | E5M2 -> fp16 | D | tokens | MB | eager us | graph us | GB/s | %% of copy | chunk x n |\n");
+  std::printf("| shape | Config | D | tokens | MB | eager us | graph us | GB/s | %% of copy | chunk x n |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results)
     std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.config, r.head_dim,

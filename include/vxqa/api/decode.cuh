@@ -20,6 +20,7 @@
 // streams, or other layers in flight) need their own.
 #pragma once
 #include <cuda_runtime.h>
+#include <atomic>
 #include <vxqa/api/params.cuh>
 #include <vxqa/api/plan.cuh>
 #include <vxqa/api/validate.cuh>
@@ -66,6 +67,30 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   return a;
 }
 
+// Which body decode_kernel<Config> runs on the current device, and its dynamic shared
+// memory: the SM80 one where the device's code was compiled for compute_80 or newer (the
+// kernel's ptxVersion, which is what __CUDA_ARCH__ was), else the SM70 one. Asked once per
+// device, when the shared-memory opt-in is set too; later calls read the cache.
+template <class Config>
+Status decode_smem_bytes(int* smem_bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked yet on that device
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return Status::cuda("cudaGetDevice", cudaGetErrorString(err));
+  if (device < kMaxDevices && (*smem_bytes = cached[device].load(std::memory_order_relaxed)) != 0)
+    return Status();
+  cudaFuncAttributes attributes{};
+  err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
+  if (err != cudaSuccess) return Status::cuda("cudaFuncGetAttributes", cudaGetErrorString(err));
+  const bool sm80_body = Config::kHasSm80Path && attributes.ptxVersion >= 80;
+  *smem_bytes = sm80_body ? Config::kSm80SmemBytes : Config::kSmemBytes;
+  err = cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, *smem_bytes);
+  if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
+  if (device < kMaxDevices) cached[device].store(*smem_bytes, std::memory_order_relaxed);
+  return Status();
+}
+
 template <class Config>
 Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
               size_t workspace_bytes, cudaStream_t stream) {
@@ -73,13 +98,10 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   if (!status.ok()) return status;
   const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
 
-  // Every call, not once: the opt-in belongs to the current device (cheap, and legal while
-  // capturing a graph).
-  cudaError_t err = cudaFuncSetAttribute(decode_kernel<Config>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Config::kSmemBytes);
-  if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
-  err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
+  int smem_bytes = 0;
+  const Status body = decode_smem_bytes<Config>(&smem_bytes);
+  if (!body.ok()) return body;
+  cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
   if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
 
   // cudaLaunchKernel returns this launch's own status (cudaGetLastError would also report,
@@ -87,7 +109,7 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   void* kernel_args[] = {const_cast<DecodeKernelArgs*>(&args)};
   const dim3 grid(plan.num_chunks, params.num_kv_heads * args.m_tiles, plan.max_batch);
   err = cudaLaunchKernel(reinterpret_cast<const void*>(&decode_kernel<Config>), grid,
-                         dim3(Config::kThreads), kernel_args, Config::kSmemBytes, stream);
+                         dim3(Config::kThreads), kernel_args, smem_bytes, stream);
   if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
   if (plan.num_chunks > 1) {
     const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch);

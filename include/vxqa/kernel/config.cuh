@@ -8,6 +8,8 @@
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 #include <vxqa/pipeline/smem_publisher.cuh>
+#include <vxqa/mma/sm80_pv_consumer.cuh>
+#include <vxqa/mma/sm80_qk_consumer.cuh>
 
 namespace vxqa {
 
@@ -37,8 +39,22 @@ using pipeline::ConvertAt;
 // it exists to measure what the check costs (docs/measurements.md).
 enum class PageIdCheck { kOn, kOff };
 
+// The MMA atom and the mainloop that goes with it, picked where the kernel is compiled:
+//   kAuto  mma.m16n8k16 with a cp.async pipeline for sm_80 and newer; mma.m8n8k4 with
+//          register-staged loads (the SM70 path) for sm_70 and sm_75. One instantiation
+//          built for 70;80;90 carries both; the host launches what the device's code is.
+//   kSm70  the SM70 path everywhere (on sm_80+ its m8n8k4 is emulated: the tests run the
+//          SM70 path on newer GPUs this way).
+enum class MmaAtom { kAuto, kSm70 };
+
+// Shared memory one CTA of the SM80 path may take: two CTAs of that size fit the 228 KB of
+// an sm_90 SM (1 KB of each reserved), so the next chunk's CTA streams while one finishes.
+inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
+inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
+
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
-          ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn>
+          ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
+          MmaAtom Atom = MmaAtom::kAuto>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -104,6 +120,24 @@ struct DecodeConfig {
                 "DecodeConfig: shared memory over the 96 KB an SM70 CTA can have; use fewer "
                 "Warps (fp16 tiles with HeadDim 256 take 18 KB a warp)");
   static_assert(kWarpBytes % 16 == 0 && kQBytes % 16 == 0, "DecodeConfig: areas must stay aligned");
+
+  // The SM80+ path (kAuto where compiled for sm_80 and newer): warp-private rings of
+  // kSm80Stages 16-token stages [K tile | V tile], as many stages (2..4) as keep the CTA
+  // within kSm80CtaSmemTarget. `Stages` and `ConvertAt` are SM70 knobs.
+  static constexpr MmaAtom kAtom = Atom;
+  static constexpr bool kHasSm80Path = Atom == MmaAtom::kAuto;
+  using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, kElemBytes>;
+  static constexpr int kSm80StageBytes = mma::Sm80KTileLayout<Sm80Geometry>::kBytes +
+                                         mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
+  static constexpr int kSm80Stages = Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget   ? 4
+                                     : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
+                                                                                         : 2;
+  static constexpr int kSm80WarpBytes = kSm80Stages * kSm80StageBytes;
+  static constexpr int kSm80SmemBytes = Warps * kSm80WarpBytes;
+  static_assert(!kHasSm80Path || kSm80SmemBytes <= kSm80MaxSmemBytes,
+                "DecodeConfig: the SM80 path's two stages a warp need more than 227 KB; use "
+                "fewer Warps");
+  static_assert(kSm80StageBytes % 16 == 0, "DecodeConfig: SM80 stages must stay aligned");
 };
 
 }  // namespace vxqa

@@ -7,16 +7,14 @@
 // chunk the CTA writes O (and LSE) itself; otherwise it writes the chunk's partial and
 // combine_kernel merges the chunks.
 //
-// What a CTA writes for a head: zeros and LSE -inf when the sequence has no token; NaN when
-// its length is invalid, when a block-table id it uses is outside the pool (Config's
-// PageIdCheck), when a live score, q, K or V is NaN or meets inf the IEEE way, or when every
-// live score is -inf (0/0, as the float64 reference gives). A chunk with l = 0 writes a
-// partial of O = 0 and LSE -inf, so it adds nothing to the combine (never 0 · NaN).
+// What a CTA writes for a head (zeros, NaN, partials): kernel/decode_cta_common.cuh.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/config.cuh>
 #include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/kernel/decode_cta_common.cuh>
+#include <vxqa/kernel/decode_cta_sm80.cuh>
 #include <vxqa/mma/fragments.cuh>
 #include <vxqa/mma/pv_consumer.cuh>
 #include <vxqa/mma/qk_consumer.cuh>
@@ -44,51 +42,15 @@ struct DecodeCta {
   static constexpr int kPieces = Config::kPiecesPerTile;  // per K (and per V) tile
   static constexpr int kStages = Config::kStages;
 
-  // The tiles of this warp inside [begin, end): tile j starts at begin + (warp + j*W) * 32.
-  struct WarpTiles {
-    int begin, end, warp, count;
-    VXQA_DEVICE int start(int j) const { return begin + (warp + j * Config::kWarps) * kTileTokens; }
-    VXQA_DEVICE int valid_rows(int j) const {
-      if (j >= count) return 0;
-      const int n = end - start(j);
-      return n < kTileTokens ? n : kTileTokens;
-    }
-    // Byte offset of this lane's token row of tile j (0 where there is none: the block
-    // table past a sequence's last page is never read). A page id outside the pool sets
-    // `bad_page` and gives an offset inside it.
-    VXQA_DEVICE int64_t lane_row_offset(const Sequence& seq, int j, int num_pages, bool& bad_page) const {
-      const int lane = threadIdx.x & 31;
-      if (lane >= valid_rows(j)) return 0;
-      const uint32_t token = uint32_t(start(j) + lane);
-      if constexpr (Config::kChecksPageIds) {
-        return seq.checked_row_offset(token, num_pages, bad_page);
-      } else {
-        return seq.row_offset(token);
-      }
-    }
-  };
+  using Tiles = WarpTiles<kTileTokens, Config::kWarps>;
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
-    const int chunk = blockIdx.x, seq_index = blockIdx.z;
-    const int kv_head = blockIdx.y / a.m_tiles, m_tile = blockIdx.y % a.m_tiles;
-    if (seq_index >= a.batch) return;
-    const int head0 = m_tile * 8;
-    const int heads = min(8, a.group_size - head0);
-    const int q_head0 = kv_head * a.group_size + head0;
-    const bool single_chunk = a.num_chunks == 1;
-
-    const int len = a.seq_lens[seq_index];
-    if (!length_is_valid(len, a)) {
-      if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
-      if (single_chunk) write_nan(a, seq_index, q_head0, heads);
-      return;  // with several chunks, the combine writes the NaNs
-    }
-    const int begin = chunk * a.chunk_tokens;
-    const int end = min(begin + a.chunk_tokens, len);
-    if (!single_chunk && begin >= len) return;  // no work: the combine never reads it
+    CtaWork work;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads>(a, work)) return;
+    const int seq_index = work.seq_index, kv_head = work.kv_head;
 
     uint8_t* q_tile = smem;
-    load_q(a, seq_index, q_head0, heads, q_tile);
+    load_q(a, seq_index, work.q_head0, work.heads, q_tile);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -98,9 +60,7 @@ struct DecodeCta {
     uint8_t* p_tile = warp_area + Config::kWarpProbOffset;
     float* alpha = reinterpret_cast<float*>(warp_area + Config::kWarpAlphaOffset);
 
-    WarpTiles tiles{begin, end, warp, 0};
-    const int cta_tiles = end > begin ? (end - begin + kTileTokens - 1) / kTileTokens : 0;
-    tiles.count = cta_tiles > warp ? (cta_tiles - warp + Config::kWarps - 1) / Config::kWarps : 0;
+    const Tiles tiles(work.begin, work.end, warp);
 
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, page_size(a));
     const Sequence seq = view.sequence(seq_index, kv_head);
@@ -116,8 +76,8 @@ struct DecodeCta {
     if (tiles.count > 0) {
       Publisher publisher(*tile_storage);
       Piece staged[kStages];
-      int64_t offset_this = tiles.lane_row_offset(seq, 0, a.num_pages, bad_page);
-      int64_t offset_next = tiles.lane_row_offset(seq, 1, a.num_pages, bad_page);
+      int64_t offset_this = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, 0, a.num_pages, bad_page);
+      int64_t offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, 1, a.num_pages, bad_page);
 #pragma unroll
       for (int s = 0; s < kStages; ++s) load_piece(staged[s], a, tiles, s, 0, offset_this);
 
@@ -143,7 +103,7 @@ struct DecodeCta {
             publisher.publish();
             float s[8];
             Qk::run(q_tile, publisher.tile, s);
-            store_scores(s, tiles.start(j), end, a.qk_scale_log2, s_tile);
+            store_scores(s, tiles.start(j), work.end, a.qk_scale_log2, s_tile);
             __syncwarp();
             row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
             __syncwarp();
@@ -153,7 +113,7 @@ struct DecodeCta {
         rescale(o, alpha);
         Pv::run(p_tile, publisher.tile, o);
         offset_this = offset_next;
-        offset_next = tiles.lane_row_offset(seq, j + 2, a.num_pages, bad_page);
+        offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j + 2, a.num_pages, bad_page);
       }
     }
 
@@ -171,7 +131,7 @@ struct DecodeCta {
       merge_ml[8 + softmax::softmax_row(lane)] = row.l;
     }
     __syncthreads();
-    merge_and_write(a, smem, seq_index, q_head0, heads, chunk, end > begin, cta_bad_page);
+    merge_and_write(a, smem, work, cta_bad_page);
   }
 
   VXQA_DEVICE static PageSize<Config::kPageSize> page_size(const DecodeKernelArgs& a) {
@@ -183,7 +143,7 @@ struct DecodeCta {
   }
 
   // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
-  VXQA_DEVICE static void load_piece(Piece& piece, const DecodeKernelArgs& a, const WarpTiles& tiles,
+  VXQA_DEVICE static void load_piece(Piece& piece, const DecodeKernelArgs& a, const Tiles& tiles,
                                      int k, int j, int64_t lane_row_offset) {
     // Row offsets are from the cache bases (the KV head's offset included).
     const uint8_t* base = static_cast<const uint8_t*>(k < kPieces ? a.kv.k : a.kv.v);
@@ -226,13 +186,9 @@ struct DecodeCta {
   }
 
   // Merges the warps' (m, l, O) and writes O and LSE (one chunk) or the chunk's partial.
-  // `live`: the chunk holds tokens of the sequence; `bad_page`: one of its ids was bad.
-  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem,
-                                          int seq_index, int q_head0, int heads, int chunk,
-                                          bool live, bool bad_page) {
-    const int q_heads = a.num_kv_heads * a.group_size;
-    const float nan = quiet_nan();
-    for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
+  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
+                                          bool bad_page) {
+    for (int i = threadIdx.x; i < work.heads * kD; i += Config::kThreads) {
       const int head = i / kD, dim = i % kD;
       float m = negative_infinity();
       for (int w = 0; w < Config::kWarps; ++w) m = softmax::max_keep_nan(m, warp_ml(smem, w)[head]);
@@ -242,23 +198,7 @@ struct DecodeCta {
         l += warp_ml(smem, w)[8 + head] * weight;
         o += warp_o(smem, w)[head * kD + dim] * weight;
       }
-      const int q_head = q_head0 + head;
-      if (a.num_chunks == 1) {
-        // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
-        const float value = bad_page ? nan : live ? o / l * a.v_scale : 0.f;
-        a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
-        if (dim == 0 && a.lse) {
-          const float lse = bad_page ? nan : !live ? negative_infinity()
-                                           : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
-          a.lse[int64_t(seq_index) * q_heads + q_head] = lse;
-        }
-      } else {
-        // A chunk whose live scores are all -inf (l = 0) must weigh nothing in the combine:
-        // O = 0 rather than 0 / 0. A bad page makes the chunk, and so the sequence, NaN.
-        const int64_t slot = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks + chunk;
-        a.partial_o[slot * kD + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
-        if (dim == 0) a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
-      }
+      store_head_result<kD>(a, work, work.q_head0 + head, dim, m, l, o, bad_page);
     }
   }
 
@@ -269,20 +209,20 @@ struct DecodeCta {
     return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes +
                                           Config::kWarpScoreOffset);
   }
-
-  VXQA_DEVICE static void write_nan(const DecodeKernelArgs& a, int seq_index, int q_head0, int heads) {
-    const int q_heads = a.num_kv_heads * a.group_size;
-    for (int i = threadIdx.x; i < heads * kD; i += Config::kThreads) {
-      const int q_head = q_head0 + i / kD;
-      a.out[seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kD] = __float2half_rn(quiet_nan());
-      if (i % kD == 0 && a.lse) a.lse[int64_t(seq_index) * q_heads + q_head] = quiet_nan();
-    }
-  }
 };
 
+// One kernel for every architecture: the body follows the code being compiled (sm_80+ and
+// MmaAtom::kAuto: the SM80 body), so the host must give it that body's shared memory
+// (decode_smem_bytes, from the code the device runs).
 template <class Config>
 __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKernelArgs args) {
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (Config::kHasSm80Path) {
+    DecodeCtaSm80<Config>::run(args, vxqa_decode_smem);
+    return;
+  }
+#endif
   DecodeCta<Config>::run(args, vxqa_decode_smem);
 }
 #endif

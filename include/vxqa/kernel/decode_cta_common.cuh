@@ -1,0 +1,118 @@
+// vxqa/kernel/decode_cta_common.cuh — what every decode CTA body shares, whatever its MMA
+// atom: which work the CTA has (its chunk of one sequence, one KV head, one M tile of
+// heads), how its warps take that chunk's tiles in turn, and how a merged (m, l, O) of a
+// head is written — the output semantics live here once:
+//   - no token (length 0): O = 0, LSE = -inf;
+//   - an invalid length or a bad block-table id: NaN (and an error bit, set by the caller);
+//   - l = 0 with live tokens (every live score -inf): 0 / 0 = NaN, as the reference;
+//   - NaN anywhere in m, l or O stays NaN.
+// With several chunks a CTA writes its chunk's partial; a chunk with l = 0 writes O = 0 and
+// LSE -inf, so that it weighs nothing in the combine (never 0 · NaN).
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/common.cuh>
+#include <vxqa/kernel/decode_args.cuh>
+
+namespace vxqa {
+
+#if VXQA_IS_CUDA_COMPILER
+// The CTA's share of the step: blockIdx = (chunk, KV head x M tile, sequence).
+struct CtaWork {
+  int chunk, seq_index, kv_head, m_tile;
+  int heads;    // query heads of this M tile (<= kHeadsPerCta)
+  int q_head0;  // first query head of the M tile
+  int begin, end;  // this chunk's tokens [begin, end); end <= begin when it has none
+  VXQA_DEVICE bool live() const { return end > begin; }
+};
+
+// Fills `w`; false when the CTA has nothing to do. A bad length is flagged here (and, with
+// one chunk, its outputs written as NaN; with several, the combine writes them).
+template <int kHeadsPerCta, int kHeadDim, int kThreads>
+VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
+
+// The tiles of warp `warp` inside [begin, end): tile j starts at begin + (warp + j * W) * T.
+template <int kTileTokens, int kWarps>
+struct WarpTiles {
+  int begin, end, warp, count;
+  VXQA_DEVICE WarpTiles(int b, int e, int w) : begin(b), end(e), warp(w), count(0) {
+    const int cta_tiles = end > begin ? (end - begin + kTileTokens - 1) / kTileTokens : 0;
+    count = cta_tiles > warp ? (cta_tiles - warp + kWarps - 1) / kWarps : 0;
+  }
+  VXQA_DEVICE int start(int j) const { return begin + (warp + j * kWarps) * kTileTokens; }
+  VXQA_DEVICE int valid_rows(int j) const {
+    if (j >= count) return 0;
+    const int n = end - start(j);
+    return n < kTileTokens ? n : kTileTokens;
+  }
+  // Byte offset of this lane's token row of tile j (lanes < kTileTokens; 0 where there is
+  // none: the block table past a sequence's last page is never read). With kCheck, a page
+  // id outside [0, num_pages) sets `bad_page` and gives an offset inside the pool.
+  template <bool kCheck, class Sequence>
+  VXQA_DEVICE int64_t lane_row_offset(const Sequence& seq, int j, int num_pages, bool& bad_page) const {
+    const int lane = threadIdx.x & 31;
+    if (lane >= valid_rows(j)) return 0;
+    const uint32_t token = uint32_t(start(j) + lane);
+    if constexpr (kCheck) {
+      return seq.checked_row_offset(token, num_pages, bad_page);
+    } else {
+      return seq.row_offset(token);
+    }
+  }
+};
+
+// Writes element `dim` of query head `q_head` (and its LSE, at dim 0) from the CTA's merged
+// (m, l, o): base-2 m, l = the sum of P, o = the unnormalised output.
+template <int kHeadDim>
+VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
+                                   float l, float o, bool bad_page) {
+  const int q_heads = a.num_kv_heads * a.group_size;
+  const float nan = quiet_nan();
+  if (a.num_chunks == 1) {
+    // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
+    const float value = bad_page ? nan : w.live() ? o / l * a.v_scale : 0.f;
+    a.out[w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
+    if (dim == 0 && a.lse) {
+      const float lse = bad_page ? nan : !w.live() ? negative_infinity()
+                                       : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
+      a.lse[int64_t(w.seq_index) * q_heads + q_head] = lse;
+    }
+  } else {
+    const int64_t slot = (int64_t(w.seq_index) * q_heads + q_head) * a.num_chunks + w.chunk;
+    a.partial_o[slot * kHeadDim + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
+    if (dim == 0) a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
+  }
+}
+
+template <int kHeadsPerCta, int kHeadDim, int kThreads>
+VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
+  w.chunk = blockIdx.x;
+  w.seq_index = blockIdx.z;
+  w.kv_head = blockIdx.y / a.m_tiles;
+  w.m_tile = blockIdx.y % a.m_tiles;
+  if (w.seq_index >= a.batch) return false;
+  const int head0 = w.m_tile * kHeadsPerCta;
+  w.heads = min(kHeadsPerCta, a.group_size - head0);
+  w.q_head0 = w.kv_head * a.group_size + head0;
+  const bool single_chunk = a.num_chunks == 1;
+
+  const int len = a.seq_lens[w.seq_index];
+  if (!length_is_valid(len, a)) {
+    if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
+    if (single_chunk) {
+      const int q_heads = a.num_kv_heads * a.group_size;
+      for (int i = threadIdx.x; i < w.heads * kHeadDim; i += kThreads) {
+        const int q_head = w.q_head0 + i / kHeadDim;
+        a.out[w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kHeadDim] =
+            __float2half_rn(quiet_nan());
+        if (i % kHeadDim == 0 && a.lse) a.lse[int64_t(w.seq_index) * q_heads + q_head] = quiet_nan();
+      }
+    }
+    return false;  // with several chunks, the combine writes the NaNs
+  }
+  w.begin = w.chunk * a.chunk_tokens;
+  w.end = min(w.begin + a.chunk_tokens, len);
+  return single_chunk || w.begin < len;  // a chunk past the end: the combine never reads it
+}
+#endif
+
+}  // namespace vxqa

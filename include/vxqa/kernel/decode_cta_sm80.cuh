@@ -1,0 +1,173 @@
+// vxqa/kernel/decode_cta_sm80.cuh — the decode CTA body on the SM80+ pieces: mma.m16n8k16
+// with tokens on M and the group's heads on N, a cp.async pipeline into warp-private stages,
+// and the softmax in the accumulator registers.
+//
+// Same CTA shape and contract as the SM70 body (kernel/decode_kernel.cuh): one CTA = one
+// (split chunk, KV head x M tile of 8 heads, sequence); its warps take the chunk's 16-token
+// tiles in turn, each through its own Stages-deep ring of shared-memory stages (so the main
+// loop has no CTA-wide barrier, only __syncwarp), and the warps merge (m, l, O) once at the
+// end. Q stays in registers for the whole loop.
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/arch/cp_async.cuh>
+#include <vxqa/common.cuh>
+#include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/kernel/decode_cta_common.cuh>
+#include <vxqa/mma/fragments_m16n8k16.cuh>
+#include <vxqa/mma/sm80_pv_consumer.cuh>
+#include <vxqa/mma/sm80_qk_consumer.cuh>
+#include <vxqa/paged/paged_kv.cuh>
+#include <vxqa/pipeline/cp_async_tile_load.cuh>
+#include <vxqa/softmax/online_softmax.cuh>
+#include <vxqa/softmax/register_softmax.cuh>
+
+namespace vxqa {
+
+#if VXQA_IS_CUDA_COMPILER && VXQA_HAS_CP_ASYNC && VXQA_HAS_MMA_M16N8K16 && VXQA_HAS_MOVMATRIX
+template <class Config>
+struct DecodeCtaSm80 {
+  using Geometry = typename Config::Sm80Geometry;
+  using Qk = mma::Sm80QkConsumer<Geometry>;
+  using Pv = mma::Sm80PvConsumer<Geometry>;
+  using Load = pipeline::CpAsyncTileLoad<Geometry, typename Qk::Layout, typename Pv::Layout>;
+  using Sequence = PagedKvSequence<Config::kPageSize, Config::kElemBytes>;
+  using Tiles = WarpTiles<Geometry::kTokens, Config::kWarps>;
+  static constexpr int kD = Config::kHeadDim;
+  static constexpr int kStages = Config::kSm80Stages;
+  static constexpr int kMTiles = Pv::kMTiles;
+
+  // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
+  // order ([m-tile][element][lane], so the stores are conflict-free), then m and l of 8 heads.
+  static constexpr int kVTileOffset = Qk::Layout::kBytes;
+  static constexpr int kMergeOBytes = kMTiles * 4 * 32 * 4;
+  static_assert(kMergeOBytes + 16 * 4 <= Config::kSm80WarpBytes,
+                "DecodeCtaSm80: a warp's merge area must fit in its stages");
+
+  VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
+    CtaWork work;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads>(a, work)) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
+
+    // The lane's B-fragment head is lane / 4; padded heads get Q = 0 and are not written.
+    const int head = mma::m16n8k16::group(lane);
+    const __half* q_row = head < work.heads
+                              ? a.q + work.seq_index * a.q_batch_stride + (work.q_head0 + head) * a.q_head_stride
+                              : nullptr;
+    const typename Qk::QFragments qf = Qk::load_q(q_row);
+
+    const Tiles tiles(work.begin, work.end, warp);
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, page_size(a));
+    const Sequence seq = view.sequence(work.seq_index, work.kv_head);
+    const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
+    const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
+
+    softmax::HeadPairState st = softmax::empty_head_pair();
+    float o[kMTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][e] = 0.f;
+
+    bool bad_page = false;
+    auto row_offset = [&](int j) {
+      return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
+    };
+    auto stage = [&](int j) { return warp_area + (j % kStages) * Config::kSm80StageBytes; };
+    auto issue = [&](int j, int64_t offset) {  // one commit group per tile, empty past the end
+      if (j < tiles.count) Load::issue(k_base, v_base, offset, tiles.valid_rows(j), stage(j), stage(j) + kVTileOffset);
+      arch::cp_async_commit();
+    };
+
+    if (tiles.count > 0) {
+#pragma unroll
+      for (int j = 0; j < kStages - 1; ++j) issue(j, row_offset(j));
+      // The block-table lookup of a tile is done one iteration before its copies are issued.
+      int64_t offset_ahead = row_offset(kStages - 1);
+
+      for (int j = 0; j < tiles.count; ++j) {
+        __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
+        issue(j + kStages - 1, offset_ahead);
+        offset_ahead = row_offset(j + kStages);
+        arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
+        __syncwarp();                        // ... and every lane's
+
+        float s[4];
+        Qk::run(stage(j), qf, s);
+        const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[e] = row0 + (e >> 1) * 8 < work.end ? s[e] * a.qk_scale_log2 : negative_infinity();
+        uint32_t p[2];
+        float alpha[2];
+        softmax::register_softmax_step(st, s, p, alpha);
+        // Most tiles leave every max where it was: skip the rescale of O then.
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
+        }
+        Pv::run(stage(j) + kVTileOffset, p, o);
+      }
+    }
+    arch::cp_async_wait<0>();  // nothing in flight into the stages the merge reuses
+
+    const bool cta_bad_page = __syncthreads_or(bad_page);
+    if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
+    float* merge_o = reinterpret_cast<float*>(warp_area);
+    float* merge_ml = reinterpret_cast<float*>(warp_area + kMergeOBytes);
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) merge_o[(m * 4 + e) * 32 + lane] = o[m][e];
+    const float l0 = softmax::head_sum(st.l[0]), l1 = softmax::head_sum(st.l[1]);
+    if (mma::m16n8k16::group(lane) == 0) {  // lanes 0..3 hold heads 2t, 2t + 1
+      const int t = mma::m16n8k16::thread_in_group(lane);
+      merge_ml[2 * t] = st.m[0];
+      merge_ml[2 * t + 1] = st.m[1];
+      merge_ml[8 + 2 * t] = l0;
+      merge_ml[8 + 2 * t + 1] = l1;
+    }
+    __syncthreads();
+    merge_and_write(a, smem, work, cta_bad_page);
+  }
+
+  VXQA_DEVICE static PageSize<Config::kPageSize> page_size(const DecodeKernelArgs& a) {
+    if constexpr (Config::kPageSize == 0) {
+      return a.page_divmod;
+    } else {
+      return PageSize<Config::kPageSize>();
+    }
+  }
+
+  // Element (m-tile, element, lane) of every warp's O fragments, merged by their (m, l), in
+  // warp order; consecutive threads take consecutive fragment slots (conflict-free loads).
+  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
+                                          bool bad_page) {
+    for (int i = threadIdx.x; i < kMTiles * 4 * 32; i += Config::kThreads) {
+      const int lane = i & 31, e = (i >> 5) & 3, m = i >> 7;
+      const int head = Pv::head_of(lane, e);
+      if (head >= work.heads) continue;
+      float mx = negative_infinity();
+      for (int w = 0; w < Config::kWarps; ++w) mx = softmax::max_keep_nan(mx, warp_ml(smem, w)[head]);
+      float l = 0.f, o = 0.f;
+      for (int w = 0; w < Config::kWarps; ++w) {
+        const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], mx);
+        l += warp_ml(smem, w)[8 + head] * weight;
+        o += warp_o(smem, w)[i] * weight;
+      }
+      store_head_result<kD>(a, work, work.q_head0 + head, Pv::dim_of(lane, m, e), mx, l, o, bad_page);
+    }
+  }
+
+  VXQA_DEVICE static const float* warp_o(const uint8_t* smem, int w) {
+    return reinterpret_cast<const float*>(smem + w * Config::kSm80WarpBytes);
+  }
+  VXQA_DEVICE static const float* warp_ml(const uint8_t* smem, int w) {
+    return reinterpret_cast<const float*>(smem + w * Config::kSm80WarpBytes + kMergeOBytes);
+  }
+};
+#endif
+
+}  // namespace vxqa

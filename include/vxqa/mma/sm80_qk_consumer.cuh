@@ -1,0 +1,126 @@
+// vxqa/mma/sm80_qk_consumer.cuh — Sᵀ = K · Qᵀ for a 16-token tile on mma.m16n8k16.
+//
+// Decode-shaped: tokens are M (16 rows of the tile), the group's query heads are N (8), head
+// dims are K. Q then stays in registers for the whole loop (two f16x2 a k-step), and each
+// lane's accumulators are two heads (2·(lane%4), +1) of two tokens (lane/4, +8), which is
+// where the softmax keeps its statistics.
+//
+// The k order is permuted so that a lane's A registers come from whole words of its token
+// rows: in k-step s, lane l's four k slots {2t, 2t+1, 2t+8, 2t+9} (t = l % 4) are the four
+// consecutive dims dim0(s, t) .. +3 — one 32-bit word of E5M2, two of fp16. Q is loaded in
+// the same order, so the product is the plain dot product. One LDS.128 of a K row feeds 4
+// (E5M2) or 2 (fp16) k-steps.
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/arch/mma_m16n8k16.cuh>
+#include <vxqa/common.cuh>
+#include <vxqa/mma/fragments_m16n8k16.cuh>
+#include <vxqa/numeric/e5m2.cuh>
+
+namespace vxqa {
+namespace mma {
+
+// A K (or V) tile of 16 token rows as the SM80 consumers see it.
+template <int kHeadDim, int kElemBytes>
+struct Sm80TileGeometry {
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "Sm80TileGeometry: head dim must be 64, 128 or 256");
+  static_assert(kElemBytes == 1 || kElemBytes == 2,
+                "Sm80TileGeometry: KV elements are 1 byte (E5M2) or 2 bytes (fp16)");
+  static constexpr int kHeadDimV = kHeadDim;
+  static constexpr int kElemBytesV = kElemBytes;
+  static constexpr int kTokens = 16;
+  static constexpr int kRowBytes = kHeadDim * kElemBytes;
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+  static constexpr int kDimsPerChunk = 16 / kElemBytes;
+};
+
+// K tile: rows of D·E bytes, 16-byte chunks XOR-swizzled by the row's parity. A quarter warp
+// reads the same chunks of two neighbouring rows (lanes 4g..4g+3 take row g); the swizzle
+// puts the second row's chunks 4 bank groups away. 64-byte rows need none (two rows already
+// fill one 128-byte bank line).
+template <class Geometry>
+struct Sm80KTileLayout {
+  static constexpr int kBytes = Geometry::kTokens * Geometry::kRowBytes;
+  VXQA_HD static int key(int row) { return Geometry::kChunksPerRow >= 8 ? (row & 1) << 2 : 0; }
+  VXQA_HD static int chunk_offset(int row, int chunk) {
+    return row * Geometry::kRowBytes + 16 * (chunk ^ key(row));
+  }
+};
+
+template <class Geometry>
+struct Sm80QkConsumer {
+  using Layout = Sm80KTileLayout<Geometry>;
+  static constexpr int kHeadDim = Geometry::kHeadDimV;
+  static constexpr bool kE5m2 = Geometry::kElemBytesV == 1;
+  static constexpr int kSteps = kHeadDim / 16;                        // k-steps per tile
+  static constexpr int kStepsPerChunk = Geometry::kDimsPerChunk / 4;  // 4 (E5M2) or 2 (fp16)
+  static constexpr int kChunkReads = kSteps / kStepsPerChunk;  // chunks a lane reads of each of its rows
+  static_assert(kChunkReads * 4 == Geometry::kChunksPerRow,
+                "Sm80QkConsumer: the four lanes of a group must cover a row's chunks");
+
+  // First of the four consecutive dims behind k-step s on a lane with thread-in-group t.
+  VXQA_HD static int dim0(int s, int t) {
+    return Geometry::kDimsPerChunk * (t + 4 * (s / kStepsPerChunk)) + 4 * (s % kStepsPerChunk);
+  }
+  // The k slot of dim0(s, t) + j, j = 0..3, in the A and B fragments.
+  VXQA_HD static int k_slot(int t, int j) { return 2 * t + (j & 1) + (j >> 1) * 8; }
+
+  // Q as B fragments, loaded once: q[s] holds head lane/4's dims dim0(s, t) .. +3.
+  struct QFragments {
+    uint32_t q[kSteps][2];
+  };
+
+#if VXQA_IS_CUDA_COMPILER
+  // `q_head_row`: the lane's head row of q (fp16, D contiguous), null for a padded head.
+  VXQA_DEVICE static QFragments load_q(const __half* q_head_row) {
+    const int t = m16n8k16::thread_in_group(threadIdx.x & 31);
+    QFragments f;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      uint2 v = make_uint2(0u, 0u);
+      if (q_head_row) v = *reinterpret_cast<const uint2*>(q_head_row + dim0(s, t));
+      f.q[s][0] = v.x;
+      f.q[s][1] = v.y;
+    }
+    return f;
+  }
+
+#if VXQA_HAS_MMA_M16N8K16
+  // s[e]: Sᵀ[token c_row(lane, e)][head c_col(lane, e)] of the tile (unscaled).
+  VXQA_DEVICE static void run(const uint8_t* k_tile, const QFragments& qf, float (&s)[4]) {
+    const int lane = threadIdx.x & 31;
+    const int row = m16n8k16::group(lane), t = m16n8k16::thread_in_group(lane);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[e] = 0.f;
+#pragma unroll
+    for (int g = 0; g < kChunkReads; ++g) {
+      const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row, t + 4 * g));
+      const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row + 8, t + 4 * g));
+      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int i = 0; i < kStepsPerChunk; ++i) {
+        uint32_t a[4];
+        if (kE5m2) {  // one word = dims +0..3: the low two to slots 2t, 2t+1, the high two to +8
+          a[0] = detail::spread_bytes<0, 1>(wl[i]);
+          a[1] = detail::spread_bytes<0, 1>(wh[i]);
+          a[2] = detail::spread_bytes<2, 3>(wl[i]);
+          a[3] = detail::spread_bytes<2, 3>(wh[i]);
+        } else {  // two words of f16x2
+          a[0] = wl[2 * i];
+          a[1] = wh[2 * i];
+          a[2] = wl[2 * i + 1];
+          a[3] = wh[2 * i + 1];
+        }
+        const int step = g * kStepsPerChunk + i;
+        const uint32_t b[2] = {qf.q[step][0], qf.q[step][1]};
+        arch::mma_m16n8k16_row_col(s, a, b, s);
+      }
+    }
+  }
+#endif
+#endif
+};
+
+}  // namespace mma
+}  // namespace vxqa
