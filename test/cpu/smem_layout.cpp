@@ -1,6 +1,8 @@
-// Bank-conflict proofs for every shared-memory access of the decode kernel, computed lane by
-// lane from the same layout functions the device code uses, for every head dim and element
-// size; and the layouts are bijections (no two logical pieces share bytes).
+// Bank-conflict proofs for the shared-memory accesses of the decode kernel's main loop and
+// warp merge, computed lane by lane from the same layout and fragment functions the device
+// code uses, for every head dim and element size; and the layouts are bijections (no two
+// logical pieces share bytes). Not covered: the Q tile's one-off stores, and kPublish's
+// converting stores (2-way at D >= 128, docs/design.md).
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -23,21 +25,29 @@ struct Access {
 // Ways of the worst bank conflict of one warp-wide access of `width` bytes per lane.
 // Shared memory has 32 banks of 4 bytes; a 16-byte access is served in 4 phases of 8 lanes,
 // an 8-byte one in 2 phases of 16, a 4-byte one in 1 phase. Lanes reading the same word are
-// served together (broadcast).
+// served together (broadcast). A lane whose address is kInactive takes no part (predicated off).
+constexpr int kInactive = -1;
 int conflict_ways(const std::vector<int>& address, int width) {
   const int lanes_per_phase = 32 / (width / 4);
   int worst = 1;
   for (int phase = 0; phase < 32 / lanes_per_phase; ++phase) {
     std::map<int, std::set<int>> words_of_bank;
-    for (int l = phase * lanes_per_phase; l < (phase + 1) * lanes_per_phase; ++l)
+    for (int l = phase * lanes_per_phase; l < (phase + 1) * lanes_per_phase; ++l) {
+      if (address[l] == kInactive) continue;
       for (int w = 0; w < width / 4; ++w) {
         const int word = address[l] / 4 + w;
         words_of_bank[word % 32].insert(word);
       }
+    }
     for (auto& [bank, words] : words_of_bank) worst = std::max<int>(worst, int(words.size()));
   }
   return worst;
 }
+
+// Float index of a head's (m, l) in a warp's merge area, as DecodeCta indexes merge_ml (its
+// stores) and warp_ml (merge_and_write's reads).
+int merge_m_index(int head) { return head; }
+int merge_l_index(int head) { return 8 + head; }
 
 template <int D, int E>
 void check_geometry() {
@@ -115,6 +125,73 @@ void check_geometry() {
   }
   REQUIRE(int(k_places.size()) == G::kTokens * G::kChunksPerRow);
   REQUIRE(int(v_places.size()) == G::kTokens * G::kRowBytes / V::kGranule);
+
+  // S stores (STS.64, DecodeCta::store_scores): accumulators i, i + 1 (i even) are adjacent
+  // tokens of one head row; together the stores write each of the 8 x 32 scores once.
+  using S = pipeline::ScoreTileLayout;
+  std::set<int> s_written;
+  for (int i = 0; i < 8; i += 2) {
+    std::vector<int> a(32);
+    for (int l = 0; l < 32; ++l) {
+      const int head = mma::c_row(l, i), token = Qk::c_token(l, i);
+      REQUIRE(mma::c_row(l, i + 1) == head);
+      REQUIRE(Qk::c_token(l, i + 1) == token + 1);
+      a[l] = S::offset(head, token);
+      REQUIRE(a[l] % 8 == 0);
+      s_written.insert(a[l]);
+      s_written.insert(S::offset(head, token + 1));
+    }
+    INFO("S store, elements " << i << " and " << i + 1);
+    REQUIRE(conflict_ways(a, 8) == 1);
+  }
+  REQUIRE(int(s_written.size()) == 8 * 32);
+
+  // Merge O stores (STS.64 of accumulators i, i + 1: adjacent dims of one head row).
+  using M = pipeline::MergeTileLayout<D>;
+  std::set<int> o_written;
+  for (int n = 0; n < Pv::kNBlocks; ++n)
+    for (int i = 0; i < 8; i += 2) {
+      std::vector<int> a(32);
+      for (int l = 0; l < 32; ++l) {
+        const int head = mma::c_row(l, i), dim = Pv::c_dim(l, n, i);
+        REQUIRE(mma::c_row(l, i + 1) == head);
+        REQUIRE(Pv::c_dim(l, n, i + 1) == dim + 1);
+        REQUIRE(M::index(head, dim + 1) == M::index(head, dim) + 1);
+        a[l] = 4 * M::index(head, dim);
+        REQUIRE(a[l] % 8 == 0);
+        o_written.insert(M::index(head, dim));
+        o_written.insert(M::index(head, dim + 1));
+      }
+      INFO("merge O store, n-block " << n << ", elements " << i << " and " << i + 1);
+      REQUIRE(conflict_ways(a, 8) == 1);
+    }
+  REQUIRE(int(o_written.size()) == 8 * D);
+  // Merge reads (DecodeCta::merge_and_write): thread t takes (head, dim) = (t / D, t % D),
+  // so a warp reads 32 consecutive dims of one head: O word by word, m and l broadcast.
+  for (int first = 0; first < 8 * D; first += 32) {
+    std::vector<int> o(32), m(32), l_sum(32);
+    for (int l = 0; l < 32; ++l) {
+      const int head = (first + l) / D, dim = (first + l) % D;
+      o[l] = 4 * M::index(head, dim);
+      m[l] = 4 * merge_m_index(head);
+      l_sum[l] = 4 * merge_l_index(head);
+    }
+    INFO("merge read of threads " << first << ".." << first + 31);
+    REQUIRE(conflict_ways(o, 4) == 1);
+    REQUIRE(conflict_ways(m, 4) == 1);
+    REQUIRE(conflict_ways(l_sum, 4) == 1);
+  }
+  // Bijection of the merge area, inside the warp tile it reuses.
+  std::set<int> o_places;
+  for (int head = 0; head < 8; ++head)
+    for (int dim = 0; dim < D; ++dim) {
+      const int x = M::index(head, dim);
+      REQUIRE(x >= 0);
+      REQUIRE(4 * (x + 1) <= M::kBytes);
+      o_places.insert(x);
+    }
+  REQUIRE(int(o_places.size()) == 8 * D);
+  REQUIRE(M::kBytes <= G::kTileBytes);
 }
 
 }  // namespace
@@ -144,6 +221,32 @@ TEST_CASE("softmax reads and writes of S and P are conflict-free", "[smem_layout
   CHECK(conflict_ways(p, 16) == 1);
 }
 
+TEST_CASE("alpha, merge m and l stores and alpha reads are conflict-free", "[smem_layout]") {
+  // Lanes of part 0 store their row's alpha (online_softmax_step), then m and l (DecodeCta).
+  std::vector<int> alpha(32, kInactive), m(32, kInactive), l_sum(32, kInactive);
+  std::set<int> stored_rows;
+  for (int l = 0; l < 32; ++l) {
+    if (softmax::softmax_part(l) != 0) continue;
+    const int row = softmax::softmax_row(l);
+    alpha[l] = 4 * row;
+    m[l] = 4 * merge_m_index(row);
+    l_sum[l] = 4 * merge_l_index(row);
+    stored_rows.insert(row);
+  }
+  CHECK(stored_rows.size() == 8);
+  CHECK(conflict_ways(alpha, 4) == 1);
+  CHECK(conflict_ways(m, 4) == 1);
+  CHECK(conflict_ways(l_sum, 4) == 1);
+  // DecodeCta::rescale: alpha of the accumulators' two rows.
+  std::vector<int> a0(32), a2(32);
+  for (int l = 0; l < 32; ++l) {
+    a0[l] = 4 * mma::c_row(l, 0);
+    a2[l] = 4 * mma::c_row(l, 2);
+  }
+  CHECK(conflict_ways(a0, 4) == 1);
+  CHECK(conflict_ways(a2, 4) == 1);
+}
+
 TEST_CASE("the bank model itself sees conflicts", "[smem_layout]") {
   std::vector<int> same_bank(32), broadcast(32, 64), spread(32);
   for (int l = 0; l < 32; ++l) {
@@ -153,7 +256,21 @@ TEST_CASE("the bank model itself sees conflicts", "[smem_layout]") {
   CHECK(conflict_ways(same_bank, 4) == 32);
   CHECK(conflict_ways(broadcast, 4) == 1);
   CHECK(conflict_ways(spread, 4) == 1);
+  std::vector<int> half_inactive = same_bank;
+  for (int l = 1; l < 32; l += 2) half_inactive[l] = kInactive;
+  CHECK(conflict_ways(half_inactive, 4) == 16);
   std::vector<int> rows256(32);
   for (int l = 0; l < 32; ++l) rows256[l] = l * 256;  // a plain [token][256] row layout
   CHECK(conflict_ways(rows256, 16) == 8);
+  // The S and merge stores these layouts replaced: one float at a time into S, and pairs
+  // into a plain row-major 8 x 128 O area.
+  using Qk = mma::QkConsumer<pipeline::WarpTileGeometry<128, 1>>;
+  using Pv = mma::PvConsumer<pipeline::WarpTileGeometry<128, 1>>;
+  std::vector<int> s_floats(32), o_row_major(32);
+  for (int l = 0; l < 32; ++l) {
+    s_floats[l] = pipeline::ScoreTileLayout::offset(mma::c_row(l, 0), Qk::c_token(l, 0));
+    o_row_major[l] = 4 * (mma::c_row(l, 0) * 128 + Pv::c_dim(l, 0, 0));
+  }
+  CHECK(conflict_ways(s_floats, 4) == 2);
+  CHECK(conflict_ways(o_row_major, 8) == 8);
 }

@@ -115,7 +115,8 @@ struct DecodeConfig {
 
   // The cross-warp merge reuses each warp's tile for its 8 x D fp32 output rows and its
   // score area for (m, l).
-  static_assert(8 * HeadDim * 4 <= Geometry::kTileBytes, "DecodeConfig: merge area too small");
+  static_assert(pipeline::MergeTileLayout<HeadDim>::kBytes <= Geometry::kTileBytes,
+                "DecodeConfig: the merge's O rows (MergeTileLayout) do not fit in a warp's tile");
   static_assert(kSmemBytes <= kSm70MaxSmemBytes,
                 "DecodeConfig: shared memory over the 96 KB an SM70 CTA can have; use fewer "
                 "Warps (fp16 tiles with HeadDim 256 take 18 KB a warp)");

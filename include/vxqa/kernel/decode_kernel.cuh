@@ -36,6 +36,7 @@ struct DecodeCta {
   using Qk = mma::QkConsumer<Geometry>;
   using Pv = mma::PvConsumer<Geometry>;
   using QLayout = pipeline::QTileLayout<Config::kHeadDim>;
+  using MergeLayout = pipeline::MergeTileLayout<Config::kHeadDim>;
   using Sequence = PagedKvSequence<Config::kPageSize, Config::kElemBytes>;
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kTileTokens = Geometry::kTokens;
@@ -125,7 +126,10 @@ struct DecodeCta {
 #pragma unroll
     for (int n = 0; n < Pv::kNBlocks; ++n)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) merge_o[mma::c_row(lane, i) * kD + Pv::c_dim(lane, n, i)] = o[n][i];
+      for (int i = 0; i < 8; i += 2) {  // elements i, i + 1: adjacent dims of one head row
+        const int index = MergeLayout::index(mma::c_row(lane, i), Pv::c_dim(lane, n, i));
+        *reinterpret_cast<float2*>(merge_o + index) = make_float2(o[n][i], o[n][i + 1]);
+      }
     if (softmax::softmax_part(lane) == 0) {
       merge_ml[softmax::softmax_row(lane)] = row.m;
       merge_ml[8 + softmax::softmax_row(lane)] = row.l;
@@ -165,14 +169,17 @@ struct DecodeCta {
   }
 
   // Scales the QK accumulators to base-2 logits and masks tokens at or past `end`.
+  // Elements i and i + 1 (i even) are adjacent tokens of one head row: one 8-byte store.
   VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, int end, float scale,
                                        uint8_t* s_tile) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 8; i += 2) {
       const int token = Qk::c_token(lane, i);
-      const float v = tile_start + token < end ? s[i] * scale : negative_infinity();
-      *reinterpret_cast<float*>(s_tile + pipeline::ScoreTileLayout::offset(mma::c_row(lane, i), token)) = v;
+      const int live = end - tile_start - token;  // 1: only the first of the pair is live
+      const float2 v = make_float2(live > 0 ? s[i] * scale : negative_infinity(),
+                                   live > 1 ? s[i + 1] * scale : negative_infinity());
+      *reinterpret_cast<float2*>(s_tile + pipeline::ScoreTileLayout::offset(mma::c_row(lane, i), token)) = v;
     }
   }
 
@@ -196,7 +203,7 @@ struct DecodeCta {
       for (int w = 0; w < Config::kWarps; ++w) {
         const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], m);
         l += warp_ml(smem, w)[8 + head] * weight;
-        o += warp_o(smem, w)[head * kD + dim] * weight;
+        o += warp_o(smem, w)[MergeLayout::index(head, dim)] * weight;
       }
       store_head_result<kD>(a, work, work.q_head0 + head, dim, m, l, o, bad_page);
     }

@@ -87,8 +87,12 @@ struct QTileLayout {
 };
 
 // S (fp32 scores) and P (fp16 probabilities) of one warp tile: 8 heads x 32 tokens.
+// S is stored as 8-byte pairs of adjacent tokens: a 16-lane phase writes 8 pairs of each of
+// 2 rows, 4 words out of every 8 of a row, and the pitch's 4-bank row skew puts the second
+// row on the other 16 banks. The softmax reads 16 bytes of each of 8 rows per phase: the
+// skew again gives 8 x 4 banks.
 struct ScoreTileLayout {
-  static constexpr int kPitch = 32 + 4;  // floats; keeps rows 16-byte aligned
+  static constexpr int kPitch = 32 + 4;  // floats; rows 16-byte aligned, 4 banks apart
   static constexpr int kBytes = 8 * kPitch * 4;
   VXQA_HD static int offset(int head, int token) { return (head * kPitch + token) * 4; }
 };
@@ -96,6 +100,29 @@ struct ProbTileLayout {
   static constexpr int kPitch = 32 + 8;  // halves: 80-byte rows, 8 rows in distinct banks
   static constexpr int kBytes = 8 * kPitch * 2;
   VXQA_HD static int offset(int head, int token) { return (head * kPitch + token) * 2; }
+};
+
+// O (fp32) of one warp for the cross-warp merge: 8 heads x D, in the warp's K/V tile area
+// (for E5M2 exactly 8 x D floats: no room for padding, hence an XOR swizzle). Lanes store
+// pairs of adjacent dims (8 bytes); a 16-lane phase covers 2 head rows (head parity) x 4
+// quad pairs x 2 pairs, and row-major the rows and the quad pairs share banks. The key XORs
+// head parity and quad pair into dim bits 2..4, so the 16 pairs of a phase differ in dim
+// bits 1..4: 16 bank pairs. The merge reads 32 consecutive dims of one head per warp; the
+// XOR stays inside their aligned group of 32, so they still cover the 32 banks.
+template <int kHeadDim>
+struct MergeTileLayout {
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "MergeTileLayout: head dim must be 64, 128 or 256");
+  static constexpr int kBytes = 8 * kHeadDim * 4;
+  // At D = 64 the quad pair's low bit is dim bit 4, which the key also flips; each flipped
+  // bit still depends only on the head or on higher dim bits, so the map is one-to-one.
+  VXQA_HD static int key(int head, int dim) {
+    return (head & 1) | ((dim / (kHeadDim / 4)) << 1);
+  }
+  // Index, in floats, of O[head][dim]. Dim bit 0 is kept: pairs stay adjacent, 8-byte aligned.
+  VXQA_HD static int index(int head, int dim) {
+    return head * kHeadDim + (dim ^ (key(head, dim) << 2));
+  }
 };
 
 }  // namespace pipeline
