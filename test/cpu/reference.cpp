@@ -497,6 +497,47 @@ TEST_CASE("random problems: pages permuted, token rows disjoint and inside the b
   CHECK(*elements.rbegin() < static_cast<int64_t>(p.cache.size()) / 2);  // fp16: 2 bytes each
 }
 
+TEST_CASE("shared prefix pages: full pages of an earlier sequence, the rest distinct",
+          "[reference]") {
+  RandomProblemOptions o;
+  o.batch = 8, o.head_dim = 4, o.page_size = 4, o.min_seq_len = 8, o.max_seq_len = 30;
+  o.shared_prefix_pages = 3;
+  size_t shared = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const RandomProblem p = make_random_problem(o, seed);
+    std::set<int32_t> owned;  // pages that appear first in some sequence
+    size_t owned_count = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      const int used = (p.seq_lens[b] + p.page_size - 1) / p.page_size;
+      for (int i = 0; i < used; ++i) {
+        const int32_t page = p.block_table[b * p.table_stride + i];
+        REQUIRE(page >= 0);
+        REQUIRE(page < p.num_pages);
+        // A page seen before is a prefix page: a full page at the same column, for both.
+        bool seen_before = false;
+        for (int a = 0; a < b; ++a) {
+          if (i < (p.seq_lens[a] + p.page_size - 1) / p.page_size &&
+              p.block_table[a * p.table_stride + i] == page) {
+            seen_before = true;
+            CHECK((i + 1) * p.page_size <= p.seq_lens[a]);
+          }
+        }
+        if (seen_before) {
+          ++shared;
+          CHECK(i < o.shared_prefix_pages);
+          CHECK((i + 1) * p.page_size <= p.seq_lens[b]);
+        } else {
+          owned.insert(page);
+          ++owned_count;
+        }
+      }
+    }
+    CHECK(owned.size() == owned_count);  // no page given twice except as a prefix
+    REQUIRE_NOTHROW(decode_reference(p.inputs()));
+  }
+  CHECK(shared > 0);
+}
+
 TEST_CASE("inputs the reference cannot read safely throw", "[reference]") {
   RandomProblemOptions o;
   o.batch = 2, o.head_dim = 4, o.page_size = 4, o.seq_lens = {6, 3};

@@ -1,16 +1,5 @@
 // Runs vxqa::decode on a RandomProblem through the public API and compares it with the
-// float64 reference.
-//
-// Error bounds (|gpu - ref| <= kAbs * max|V| * v_scale + kRel * |ref|):
-//  - K and V are decoded exactly to fp16 and Q is fp16, so Q·K is exact products summed in
-//    fp32 (relative ~1e-7 of sum |q||k|: negligible next to the rest);
-//  - P is rounded to fp16 before P·V (relative 2^-11 per weight) and normalised by the sum of
-//    the rounded weights, so O is off by at most ~2^-11 * max|V| from that;
-//  - O is rounded to fp16 at the end (relative 2^-11);
-//  - split chunks are merged in fp32 (relative ~1e-6).
-// kAbs = 2e-3 (4x the P rounding) and kRel = 2^-10 (2x the output rounding) leave room for
-// sums of many roundings without hiding an indexing bug (which moves O by ~max|V|).
-// LSE: fp32 sums of rounded P, relative error ~2^-11 in l gives 5e-4 in log: bound 2e-3.
+// float64 reference by vxqa/testing/compare.h's rules and bounds.
 #pragma once
 #include <catch2/catch.hpp>
 #include <cuda_fp16.h>
@@ -18,6 +7,7 @@
 #include <cstring>
 #include <vector>
 #include <vxqa/vxqa.cuh>
+#include <vxqa/testing/compare.h>
 #include <vxqa/testing/problem_params.cuh>
 #include "gpu/gpu_check.cuh"
 
@@ -110,47 +100,16 @@ DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vx
   return run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.batch);
 }
 
-inline double max_abs_v(const RandomProblem& p) {
-  double m = 0;
-  for (int b = 0; b < p.batch; ++b)
-    for (int t = 0; t < p.seq_lens[b]; ++t)
-      for (int h = 0; h < p.kv_heads; ++h)
-        for (int dd = 0; dd < p.head_dim; ++dd) m = std::max(m, std::fabs(p.v_at(b, t, h, dd)));
-  return m * p.v_scale;
-}
-
-// Compares with the float64 reference; returns the worst error relative to the bound.
+// Compares with the float64 reference (every sequence as given, no error bits expected);
+// returns the worst error relative to the bound.
 inline double check_against_reference(const RandomProblem& p, const DecodeResult& r) {
-  const vxqa::reference::DecodeOutput ref = vxqa::reference::decode_reference(p.inputs());
-  const double vmax = std::max(max_abs_v(p), 1e-30);
-  const double kAbs = 2e-3, kRel = 1.0 / 1024, kLse = 2e-3;
-  double worst = 0;
-  const int hq = p.query_heads();
-  for (int b = 0; b < p.batch; ++b) {
-    for (int h = 0; h < hq; ++h) {
-      for (int dd = 0; dd < p.head_dim; ++dd) {
-        const size_t i = (size_t(b) * hq + h) * p.head_dim + dd;
-        const double got = half_bits_to_double(r.out[i]), want = ref.out[i];
-        const double bound = kAbs * vmax + kRel * std::fabs(want);
-        INFO("seq " << b << " (len " << p.seq_lens[b] << ") head " << h << " dim " << dd << ": got "
-                    << got << " want " << want);
-        REQUIRE(std::isfinite(got));
-        REQUIRE(std::fabs(got - want) <= bound);
-        worst = std::max(worst, std::fabs(got - want) / bound);
-      }
-      const size_t i = size_t(b) * hq + h;
-      INFO("lse of seq " << b << " (len " << p.seq_lens[b] << ") head " << h << ": got " << r.lse[i]
-                         << " want " << ref.lse[i]);
-      if (std::isinf(ref.lse[i])) {
-        REQUIRE(std::isinf(r.lse[i]));
-        REQUIRE(r.lse[i] < 0);
-      } else {
-        REQUIRE(std::fabs(r.lse[i] - ref.lse[i]) <= kLse);
-      }
-    }
-  }
-  REQUIRE(r.errors == 0u);
-  return worst;
+  namespace ref = vxqa::reference;
+  const ref::Comparison c = ref::compare_with_reference(
+      ref::decode_reference(p.inputs()), ref::expect_from_lengths(p.seq_lens), p.query_heads(),
+      p.head_dim, ref::finite_v_abs_max(p), {r.out.data(), r.lse.data(), r.errors}, 0u);
+  INFO(c.mismatches << " mismatches; first: " << c.first);
+  REQUIRE(c.ok());
+  return c.worst;
 }
 
 // Options with 16-byte aligned strides (the kernel's 16-byte loads need them).

@@ -7,7 +7,7 @@
 // same sequence with the same plan must give the same bits whatever else is in the batch,
 // however it is launched, and whatever garbage lies where the kernel must not look. Where a
 // result is compared with the float64 reference instead, the bounds are the harness's
-// (decode_harness.cuh explains them).
+// (vxqa/testing/compare.h explains them).
 #include "gpu/decode_harness.cuh"
 
 #include <climits>
@@ -84,8 +84,8 @@ void require_same_bits(const DecodeResult& a, const DecodeResult& b, int batch, 
 void check_sequences_against_reference(const RandomProblem& p, const DecodeResult& r,
                                        const std::vector<bool>& keep) {
   const vxqa::reference::DecodeOutput ref = vxqa::reference::decode_reference(p.inputs());
-  const double vmax = std::max(max_abs_v(p), 1e-30);
-  const double kAbs = 2e-3, kRel = 1.0 / 1024, kLse = 2e-3;  // decode_harness.cuh's bounds
+  const double vmax = std::max(vxqa::reference::finite_v_abs_max(p), 1e-30);
+  const double kAbs = 2e-3, kRel = 1.0 / 1024, kLse = 2e-3;  // vxqa/testing/compare.h's bounds
   const int hq = p.query_heads();
   for (int b = 0; b < p.batch; ++b) {
     if (!keep[b]) continue;

@@ -485,7 +485,7 @@ void check_chunked_vs_single(vxqa_test::RandomProblemOptions o, uint64_t seed) {
   // (kAbs * max|V| + kRel * |value|; lse 2e-3): the two differ only by where P is rounded
   // (against each chunk's max or the whole row's), the fp32 merge and the final fp16
   // rounding, which those bounds already cover for one of them against the exact answer.
-  const double vmax = std::max(max_abs_v(p), 1e-30);
+  const double vmax = std::max(vxqa::reference::finite_v_abs_max(p), 1e-30);
   const double kAbs = 2e-3, kRel = 1.0 / 1024, kLse = 2e-3;
   const int hq = p.query_heads();
   for (int b = 0; b < p.batch; ++b) {

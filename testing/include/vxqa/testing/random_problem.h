@@ -76,6 +76,10 @@ struct RandomProblemOptions {
   int stride_align = 1;      // elements; every stride and the K and V offsets are multiples
   int spare_pages = 3;       // pages no sequence uses (all garbage)
   int spare_table_cols = 2;  // table columns past the longest sequence's pages (garbage)
+  // Prefix cache: when > 0, each sequence after the first, with probability 1/2, starts with
+  // the same physical pages as an earlier one (up to this many, full pages of both only), so
+  // both read the same K/V there. 0 draws nothing: the problem is what it was without it.
+  int shared_prefix_pages = 0;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
   float softmax_scale = 0.0f;  // 0: 1 / sqrt(head_dim)
@@ -196,7 +200,7 @@ inline int32_t garbage_page(int num_pages, std::mt19937_64& rng) {
 inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t seed) {
   if (o.batch < 0 || o.kv_heads < 1 || o.group < 1 || o.head_dim < 1 || o.page_size < 1 ||
       o.stride_align < 1 || o.spare_pages < 0 || o.spare_table_cols < 0 ||
-      o.min_seq_len < 0 || o.min_seq_len > o.max_seq_len ||
+      o.shared_prefix_pages < 0 || o.min_seq_len < 0 || o.min_seq_len > o.max_seq_len ||
       (!o.seq_lens.empty() && o.seq_lens.size() != static_cast<size_t>(o.batch)))
     throw std::invalid_argument("vxqa::reference::make_random_problem: bad options");
 
@@ -227,12 +231,26 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
     for (int b = 0; b < o.batch; ++b)
       p.seq_lens.push_back(static_cast<int32_t>(draw(o.min_seq_len, o.max_seq_len)));
   std::vector<int> pages_of(o.batch);
-  int used_pages = 0, longest = 0;
+  int longest = 0;
   for (int b = 0; b < o.batch; ++b) {
     pages_of[b] = (p.seq_lens[b] + o.page_size - 1) / o.page_size;
-    used_pages += pages_of[b];
     longest = std::max(longest, pages_of[b]);
   }
+  // Sequence b's first shared_of[b] pages are those of sequence prefix_of[b] < b.
+  std::vector<int> prefix_of(o.batch, -1), shared_of(o.batch, 0);
+  if (o.shared_prefix_pages > 0) {
+    for (int b = 1; b < o.batch; ++b) {
+      const int a = static_cast<int>(draw(0, b - 1));
+      const int full = std::min({o.shared_prefix_pages, p.seq_lens[a] / o.page_size,
+                                 p.seq_lens[b] / o.page_size});
+      if ((rng() & 1) && full >= 1) {
+        prefix_of[b] = a;
+        shared_of[b] = static_cast<int>(draw(1, full));
+      }
+    }
+  }
+  int used_pages = 0;
+  for (int b = 0; b < o.batch; ++b) used_pages += pages_of[b] - shared_of[b];
   p.num_pages = used_pages + o.spare_pages;
   p.max_pages = longest + o.spare_table_cols;
 
@@ -273,7 +291,9 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
   for (int i = p.num_pages - 1; i > 0; --i) std::swap(order[i], order[draw(0, i)]);
   int next = 0;
   for (int b = 0; b < o.batch; ++b)
-    for (int i = 0; i < pages_of[b]; ++i) p.block_table[b * p.table_stride + i] = order[next++];
+    for (int i = 0; i < pages_of[b]; ++i)
+      p.block_table[b * p.table_stride + i] =
+          i < shared_of[b] ? p.block_table[prefix_of[b] * p.table_stride + i] : order[next++];
 
   // q ~ N(0, 1) (Box–Muller), K and V ~ uniform [-2, 2], each rounded to its format.
   p.q.resize(static_cast<size_t>(o.batch) * p.query_heads() * o.head_dim);
@@ -281,7 +301,7 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
   for (uint16_t& x : p.q)
     x = fp16_from_double(std::sqrt(-2.0 * std::log1p(-unit())) * std::cos(two_pi * unit()));
   for (int b = 0; b < o.batch; ++b)
-    for (int t = 0; t < p.seq_lens[b]; ++t)
+    for (int t = shared_of[b] * o.page_size; t < p.seq_lens[b]; ++t)  // shared: written once
       for (int h = 0; h < o.kv_heads; ++h)
         for (int d = 0; d < o.head_dim; ++d) {
           p.set_k(b, t, h, d, 4.0 * unit() - 2.0);

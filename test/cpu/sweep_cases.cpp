@@ -1,0 +1,410 @@
+// The sweep's cases (test/sweep/sweep_case.h, sweep_prepare.h) and the comparator it and the
+// GPU tests share (vxqa/testing/compare.h), on the CPU: cases are the same for the same seed,
+// 10,000 seeds reach every class, page size and edge, each case keeps to its CPU budget and
+// workspace, built cases are decode steps that validate() accepts, and the comparator flags
+// every kind of wrong output.
+#include <catch2/catch.hpp>
+
+#include "sweep/sweep_configs.h"
+#include "sweep/sweep_prepare.h"
+
+#include <vxqa/api/validate.cuh>
+#include <vxqa/testing/compare.h>
+#include <vxqa/testing/problem_params.cuh>
+
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace vxqa_sweep;
+using vxqa::reference::Comparison;
+using vxqa::reference::KernelOutputs;
+
+namespace {
+
+constexpr uint64_t kSeeds = 10000;
+
+std::vector<ConfigInfo> all_configs() {
+  std::vector<ConfigInfo> all;
+  for (const auto& family : {config_infos(D64Configs{}), config_infos(D128Configs{}), config_infos(D256Configs{})})
+    all.insert(all.end(), family.begin(), family.end());
+  return all;
+}
+
+// Calls f(Tag<Config>{}) for every Config of every family.
+template <class Config>
+struct Tag {
+  using type = Config;
+};
+template <class F, class... Configs>
+void for_each_config(ConfigList<Configs...>, F& f) {
+  (f(Tag<Configs>{}), ...);
+}
+template <class F>
+void for_every_config(F f) {
+  for_each_config(D64Configs{}, f);
+  for_each_config(D128Configs{}, f);
+  for_each_config(D256Configs{}, f);
+}
+
+}  // namespace
+
+TEST_CASE("sweep cases: the same seed gives the same case and the same problem", "[sweep_cases]") {
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    INFO("seed " << seed);
+    REQUIRE(describe(draw_case(seed)) == describe(draw_case(seed)));
+    CHECK(describe(draw_case(seed)) != describe(draw_case(seed + 1)));
+  }
+  int built = 0;
+  for (uint64_t seed = 0; built < 5; ++seed) {
+    if (estimate_cpu_ns(draw_case(seed)) > 2e6) continue;
+    ++built;
+    const PreparedCase a = prepare_case(seed), b = prepare_case(seed);
+    INFO("seed " << seed);
+    REQUIRE(a.error.empty());
+    CHECK(a.problem.cache == b.problem.cache);
+    CHECK(a.problem.q == b.problem.q);
+    CHECK(a.device_table == b.device_table);
+    CHECK(a.device_lens == b.device_lens);
+    CHECK(a.reference.out == b.reference.out);  // NaN-free here or not, the bits repeat
+  }
+}
+
+TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, within budget",
+          "[sweep_cases]") {
+  const std::vector<ConfigInfo> configs = all_configs();
+  std::map<std::string, int> seen;
+  auto saw = [&seen](const std::string& what) { ++seen[what]; };
+  for (uint64_t seed = 0; seed < kSeeds; ++seed) {
+    const SweepCase c = draw_case(seed);
+    const RandomProblemOptions& o = c.problem;
+    INFO(describe(c));
+
+    // The budget and the workspace.
+    REQUIRE(estimate_cpu_ns(c) <= kTierBudgetNs[int(c.tier)]);
+    REQUIRE(worst_workspace_bytes(c) <= kMaxWorkspaceBytes);
+
+    // The shape and the plan are ones the API takes.
+    REQUIRE((o.group >= 1 && o.group <= kMaxGroup));
+    REQUIRE((o.kv_heads >= 1 && o.kv_heads <= kMaxKvHeads));
+    REQUIRE((o.batch >= 1 && o.batch <= kMaxBatch));
+    REQUIRE(int(o.seq_lens.size()) == o.batch);
+    REQUIRE(o.stride_align * vxqa::reference::element_bytes(o.format) == 16);
+    const int room = c.max_pages() * o.page_size;
+    REQUIRE(c.max_pages() >= 1);
+    REQUIRE(c.plan.max_batch >= o.batch);
+    REQUIRE(c.plan.max_context >= std::max(c.longest(), 1));
+    REQUIRE(c.plan.max_context <= room);
+    REQUIRE((c.plan.sm_count >= 1 && c.plan.sm_count <= 200));
+    int pages = o.spare_pages;
+    for (int32_t len : o.seq_lens) {
+      REQUIRE((len >= 0 && len <= kMaxLength));
+      pages += (len + o.page_size - 1) / o.page_size;
+    }
+    REQUIRE(pages >= 1);
+    REQUIRE(pages < 50000000);  // so every bad id below is outside [0, num_pages)
+    REQUIRE(std::isfinite(o.softmax_scale * o.k_scale * 1.4426950408889634f));
+    REQUIRE(o.softmax_scale * o.k_scale > 0.f);
+    REQUIRE(double(o.v_scale) * 2 <= 3e4);  // |V| <= 2: out stays far from fp16's max
+    REQUIRE((c.q_stddev >= 0x1p-6 && c.q_stddev <= 0x1p11));
+
+    // Each case runs on some Config, and each Config gets cases.
+    int accepted = 0;
+    for (const ConfigInfo& info : configs)
+      if (info.accepts(c)) ++accepted, saw("config " + info.name);
+    REQUIRE(accepted >= 1);
+
+    // The class's own draws are live, used or bad as they must be.
+    for (const Injection& in : c.injections) {
+      REQUIRE(in.seq >= 0);
+      REQUIRE(o.seq_lens[in.seq] >= 1);
+      REQUIRE(in.dim < o.head_dim);
+      if (in.target == Target::kQ) {
+        REQUIRE(in.head < c.query_heads());
+        if (in.zero_partner >= 0) REQUIRE(in.zero_partner < o.seq_lens[in.seq]);
+      } else {
+        REQUIRE(in.head < o.kv_heads);
+        REQUIRE(in.token < o.seq_lens[in.seq]);
+        if (in.zero_partner >= 0) REQUIRE(in.zero_partner < o.group);
+      }
+      saw(std::string("inject ") + "qkv"[int(in.target)] + " " + std::to_string(int(in.value)));
+      if (in.zero_partner >= 0) saw(std::string("inf meets 0 at ") + "qkv"[int(in.target)]);
+    }
+    REQUIRE((c.cls == CaseClass::kNonFinite) == !c.injections.empty());
+    REQUIRE((c.cls == CaseClass::kBadPage) == (c.bad_page.seq >= 0));
+    if (c.bad_page.seq >= 0) {
+      REQUIRE(o.seq_lens[c.bad_page.seq] >= 1);
+      REQUIRE(c.bad_page.column < (o.seq_lens[c.bad_page.seq] + o.page_size - 1) / o.page_size);
+      const int32_t id = c.bad_page.resolve(pages);  // pages >= num_pages (sharing only saves)
+      REQUIRE((id < 0 || id >= pages || c.bad_page.from_num_pages));
+      if (c.bad_page.from_num_pages) saw("bad page num_pages + " + std::string(c.bad_page.id ? "k" : "0"));
+      else if (c.bad_page.id == -1 || c.bad_page.id == INT_MAX || c.bad_page.id == INT_MIN ||
+               c.bad_page.id == 50000000)
+        saw("bad page " + std::to_string(c.bad_page.id));
+    }
+    REQUIRE((c.cls == CaseClass::kBadLength) == !c.bad_lengths.empty());
+    for (const auto& [seq, len] : c.bad_lengths) {
+      REQUIRE((len < 0 || len > c.plan.max_context));
+      saw(len < 0 ? "bad length < 0" : "bad length > max_context");
+    }
+    REQUIRE(c.expected_errors() == (c.cls == CaseClass::kBadLength ? 1u : c.cls == CaseClass::kBadPage ? 2u : 0u));
+
+    saw(std::string("class ") + class_name(c.cls));
+    saw(std::string("tier ") + tier_name(c.tier));
+    saw("D" + std::to_string(o.head_dim) + (o.format == KvFormat::kE5M2 ? " e5m2" : " fp16"));
+    saw(std::string("layout ") + layout_name(o.layout));
+    for (int page : kListedPageSizes)
+      if (o.page_size == page) saw("page " + std::to_string(page));
+    if (std::find(std::begin(kListedPageSizes), std::end(kListedPageSizes), o.page_size) ==
+        std::end(kListedPageSizes))
+      saw("page unlisted");
+    if (o.group == 1 || o.group == kMaxGroup || o.group == 9) saw("group " + std::to_string(o.group));
+    if (o.kv_heads == 1 || o.kv_heads == kMaxKvHeads) saw("kv heads " + std::to_string(o.kv_heads));
+    if (o.batch == 1 || o.batch == kMaxBatch) saw("batch " + std::to_string(o.batch));
+    if (o.shared_prefix_pages) saw("shared prefix");
+    saw(c.plan.chunk_multiple ? "plan explicit" : "plan auto");
+    if (c.plan.max_batch > o.batch) saw("plan max_batch above batch");
+    if (c.plan.max_context > c.longest()) saw("plan max_context above longest");
+    if (c.plan.chunk_multiple && int64_t(c.plan.chunk_multiple) * 32 >= c.plan.max_context) saw("one chunk");
+    if (c.score_spread < 1e-2) saw("flat scores");
+    if (c.score_spread > 1e2) saw("peaked scores");
+    if (o.softmax_scale < 1e-2f || o.k_scale < 1e-2f || o.v_scale < 1e-2f) saw("small scale");
+    if (o.softmax_scale > 1e2f || o.k_scale > 1e2f || o.v_scale > 1e2f) saw("large scale");
+    for (int32_t len : o.seq_lens) {
+      if (len == 0 || len == 1 || len == 31 || len == 32 || len == 33) saw("length " + std::to_string(len));
+      if (len == o.page_size - 1) saw("length page-1");
+      if (len == o.page_size + 1) saw("length page+1");
+      if (len > 60000) saw("length > 60000");
+    }
+  }
+
+  const std::vector<std::string> wanted = [&] {
+    std::vector<std::string> w;
+    for (int i = 0; i < kCaseClasses; ++i) w.push_back(std::string("class ") + class_name(CaseClass(i)));
+    for (int i = 0; i < kTiers; ++i) w.push_back(std::string("tier ") + tier_name(Tier(i)));
+    for (int page : kListedPageSizes) w.push_back("page " + std::to_string(page));
+    for (int d : kHeadDims)
+      for (const char* f : {" e5m2", " fp16"}) w.push_back("D" + std::to_string(d) + f);
+    for (const ConfigInfo& info : configs) w.push_back("config " + info.name);
+    for (const char* l : {"packed", "vllm", "strided"}) w.push_back(std::string("layout ") + l);
+    for (char t : std::string("qkv"))
+      for (int v = 0; v < 3; ++v) w.push_back(std::string("inject ") + t + " " + std::to_string(v));
+    for (const char* s :
+         {"page unlisted", "group 1", "group 9", "group 16", "kv heads 1", "kv heads 8", "batch 1", "batch 32",
+          "shared prefix", "plan explicit", "plan auto", "plan max_batch above batch",
+          "plan max_context above longest", "one chunk", "flat scores", "peaked scores", "small scale",
+          "large scale", "length 0", "length 1", "length 31", "length 32", "length 33", "length page-1",
+          "length page+1", "length > 60000", "inf meets 0 at q", "inf meets 0 at k", "bad page -1",
+          "bad page 2147483647", "bad page -2147483648", "bad page 50000000", "bad page num_pages + 0",
+          "bad page num_pages + k", "bad length < 0", "bad length > max_context"})
+      w.push_back(s);
+    return w;
+  }();
+  for (const std::string& what : wanted) {
+    INFO(what);
+    CHECK(seen[what] > 0);
+  }
+  // Most cases are finite, and every class is well represented.
+  CHECK(seen["class finite"] > int(kSeeds) / 2);
+  for (int i = 1; i < kCaseClasses; ++i) CHECK(seen[std::string("class ") + class_name(CaseClass(i))] > 500);
+}
+
+TEST_CASE("sweep cases: every Config that accepts a case plans it within the workspace cap",
+          "[sweep_cases]") {
+  for (uint64_t seed = 0; seed < kSeeds; ++seed) {
+    const SweepCase c = draw_case(seed);
+    for_every_config([&](auto tag) {
+      using Config = typename decltype(tag)::type;
+      if (!config_info<Config>().accepts(c)) return;
+      vxqa::DecodePlan plan;
+      const vxqa::Status s = make_case_plan<Config>(c, &plan);
+      INFO("seed " << seed << " " << config_info<Config>().name << ": " << s.message());
+      REQUIRE(s.ok());
+      REQUIRE(vxqa::validate_plan<Config>(plan).ok());
+      REQUIRE(plan.workspace_bytes <= kMaxWorkspaceBytes);
+    });
+  }
+}
+
+TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with their expectations",
+          "[sweep_cases]") {
+  int built = 0;
+  std::set<int> classes;
+  for (uint64_t seed = 0; built < 120 && seed < kSeeds; ++seed) {
+    if (estimate_cpu_ns(draw_case(seed)) > 3e6) continue;  // cheap ones: this is a unit test
+    ++built;
+    const PreparedCase pc = prepare_case(seed);
+    const SweepCase& c = pc.spec;
+    const RandomProblem& p = pc.problem;
+    INFO(describe(c));
+    REQUIRE(pc.error.empty());
+    classes.insert(int(c.cls));
+    REQUIRE(int64_t(p.cache.size()) <= cache_elements_bound(c.problem) * vxqa::reference::element_bytes(p.format));
+    REQUIRE(p.max_pages == c.max_pages());
+    REQUIRE(p.num_pages >= 1);
+
+    // What the device gets differs from the problem exactly where the class says.
+    size_t table_diffs = 0;
+    for (size_t i = 0; i < p.block_table.size(); ++i) table_diffs += pc.device_table[i] != p.block_table[i];
+    if (c.cls == CaseClass::kBadPage) {
+      REQUIRE(table_diffs == 1);
+      const int32_t id = pc.device_table[c.bad_page.seq * p.table_stride + c.bad_page.column];
+      REQUIRE((id < 0 || id >= p.num_pages));
+    } else {
+      REQUIRE(table_diffs == 0);
+    }
+    REQUIRE(pc.device_lens == c.device_lens());
+    REQUIRE(pc.expected_errors == c.expected_errors());
+    for (int b = 0; b < p.batch; ++b) {
+      const bool bad_length = pc.device_lens[b] != p.seq_lens[b];
+      const bool bad_page = b == c.bad_page.seq;
+      const Expect want = bad_length || bad_page ? Expect::kNan
+                          : p.seq_lens[b] == 0   ? Expect::kEmpty
+                                                 : Expect::kReference;
+      REQUIRE(pc.expect[b] == want);
+    }
+    if (c.cls != CaseClass::kNonFinite) {
+      for (double x : pc.reference.out) REQUIRE(std::isfinite(x));
+    }
+
+    // validate() takes it for every Config that accepts it, and, given the lengths the
+    // device reads, refuses exactly the bad-length cases.
+    for_every_config([&](auto tag) {
+      using Config = typename decltype(tag)::type;
+      if (!config_info<Config>().accepts(c)) return;
+      vxqa::DecodePlan plan;
+      REQUIRE(make_case_plan<Config>(c, &plan).ok());
+      auto fake = [](uintptr_t address) { return reinterpret_cast<void*>(address); };
+      const vxqa::DecodeParams params = vxqa::problem_params(
+          p, {fake(1ull << 32), fake(2ull << 32), static_cast<const int32_t*>(fake(3ull << 32)),
+              static_cast<const int32_t*>(fake(4ull << 32)), fake(5ull << 32),
+              static_cast<float*>(fake(6ull << 32))});
+      const vxqa::Status s = vxqa::validate<Config>(params, plan, fake(7ull << 32), plan.workspace_bytes);
+      INFO(config_info<Config>().name << ": " << s.message());
+      REQUIRE(s.ok());
+      const vxqa::Status with_lens =
+          vxqa::validate<Config>(params, plan, fake(7ull << 32), plan.workspace_bytes, pc.device_lens.data());
+      REQUIRE(with_lens.ok() == (c.cls != CaseClass::kBadLength));
+    });
+  }
+  CHECK(classes.size() == size_t(kCaseClasses));
+}
+
+namespace {
+
+// Three sequences, Hq 2, D 4: seq 0 compared with the reference, seq 1 empty, seq 2 NaN.
+struct Synthetic {
+  static constexpr int kHeads = 2, kDim = 4;
+  vxqa::reference::DecodeOutput ref;
+  std::vector<Expect> expect = {Expect::kReference, Expect::kEmpty, Expect::kNan};
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  uint32_t errors = 2;
+  double v_abs_max = 1.0;  // out bound: 2e-3 + |ref| / 1024
+
+  Synthetic() {
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    ref.out = {0.5, -0.25, nan, inf,  0.125, 1.0, -1.0, -inf,  // seq 0
+               0, 0, 0, 0, 0, 0, 0, 0,                          // seq 1 (empty)
+               0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8};          // seq 2 (its reference is not used)
+    ref.lse = {1.5, -3.0, -inf, -inf, 2.0, 2.0};
+    for (double x : ref.out) out.push_back(vxqa::reference::fp16_from_double(x));
+    for (int i : {16, 17, 18, 19, 20, 21, 22, 23}) out[i] = 0x7E00;  // seq 2: NaN
+    lse = {1.5f, -3.0f, -INFINITY, -INFINITY, NAN, NAN};
+  }
+  Comparison compare(uint32_t expected_errors = 2) const {
+    return vxqa::reference::compare_with_reference(ref, expect, kHeads, kDim, v_abs_max,
+                                                   KernelOutputs{out.data(), lse.data(), errors},
+                                                   expected_errors);
+  }
+};
+
+uint16_t fp16_bits(double x) { return vxqa::reference::fp16_from_double(x); }
+
+}  // namespace
+
+TEST_CASE("comparator: right outputs pass, every kind of wrong one is flagged", "[sweep_cases]") {
+  const Synthetic good;
+  REQUIRE(good.compare().ok());
+
+  SECTION("an infinite reference also takes NaN (0 · inf), not the other inf or a finite value") {
+    Synthetic s;
+    s.out[3] = 0x7E00;
+    CHECK(s.compare().ok());
+    s.out[3] = 0xFC00;  // -inf where +inf is expected
+    CHECK_FALSE(s.compare().ok());
+    s.out[3] = fp16_bits(65504);
+    CHECK_FALSE(s.compare().ok());
+  }
+  SECTION("a finite value where the reference is NaN") {
+    Synthetic s;
+    s.out[2] = fp16_bits(0.0);
+    const Comparison c = s.compare();
+    CHECK(c.mismatches == 1);
+    CHECK(c.first.find("out seq 0 head 0 dim 2") == 0);
+  }
+  SECTION("NaN where a finite value is expected") {
+    Synthetic s;
+    s.out[5] = 0x7E00;
+    CHECK_FALSE(s.compare().ok());
+    s = Synthetic();
+    s.lse[1] = NAN;
+    CHECK(s.compare().first.find("lse seq 0 head 1") == 0);
+  }
+  SECTION("a value out of the bound, and one just inside it") {
+    Synthetic s;
+    s.out[4] = fp16_bits(0.125 + 0.004);  // bound 2e-3 + 0.125 / 1024
+    const Comparison c = s.compare();
+    CHECK_FALSE(c.ok());
+    CHECK(c.worst > 1.0);
+    s.out[4] = fp16_bits(0.125 + 0.001);
+    CHECK(s.compare().ok());
+    CHECK(s.compare().worst > 0.3);
+  }
+  SECTION("a wrong LSE") {
+    Synthetic s;
+    s.lse[0] = 1.5f + 3e-3f;
+    CHECK_FALSE(s.compare().ok());
+    s.lse[0] = 1.5f + 1e-3f;
+    CHECK(s.compare().ok());
+  }
+  SECTION("a missing or an extra error bit") {
+    Synthetic s;
+    s.errors = 0;
+    CHECK(s.compare().first.find("error word") == 0);
+    s.errors = 3;
+    CHECK_FALSE(s.compare().ok());
+    s.errors = 0;
+    CHECK(s.compare(0).ok());
+  }
+  SECTION("a sequence that must be NaN: one finite value or LSE is enough") {
+    Synthetic s;
+    s.out[21] = fp16_bits(0.6);
+    CHECK_FALSE(s.compare().ok());
+    s = Synthetic();
+    s.lse[5] = 2.0f;
+    CHECK_FALSE(s.compare().ok());
+  }
+  SECTION("an empty sequence: out exactly 0 and lse -inf") {
+    Synthetic s;
+    s.out[9] = fp16_bits(1e-6);
+    CHECK_FALSE(s.compare().ok());
+    s = Synthetic();
+    s.out[9] = 0x8000;  // -0 is 0
+    CHECK(s.compare().ok());
+    s.lse[2] = -1e30f;
+    CHECK_FALSE(s.compare().ok());
+  }
+  SECTION("the LSE bound grows with |lse|") {
+    Synthetic s;
+    s.ref.lse[0] = 4096.0;
+    s.lse[0] = 4096.0f + 5e-3f;  // 2e-3 + 4096 · 2^-20 ≈ 5.9e-3
+    CHECK(s.compare().ok());
+    s.lse[0] = 4096.0f + 8e-3f;
+    CHECK_FALSE(s.compare().ok());
+  }
+}

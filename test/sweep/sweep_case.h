@@ -1,0 +1,471 @@
+// The sweep's cases: one seed gives one decode step drawn over every axis the kernels have
+// (head dim, group, KV heads, batch, page size, lengths, cache type and layout, scales, how
+// peaked the scores are, shared prefix pages, plan) and a class (finite, non-finite inputs,
+// a bad page id, bad lengths). A case is a small description; sweep_prepare.h builds it.
+// Host only; plain C++17 (the CPU test includes it).
+#pragma once
+
+#include <vxqa/kernel/split_plan.cuh>
+#include <vxqa/testing/random_problem.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vxqa_sweep {
+
+using vxqa::reference::CacheLayout;
+using vxqa::reference::KvFormat;
+using vxqa::reference::RandomProblemOptions;
+
+enum class CaseClass { kFinite, kNonFinite, kBadPage, kBadLength };
+inline constexpr int kCaseClasses = 4;
+inline const char* class_name(CaseClass c) {
+  switch (c) {
+    case CaseClass::kFinite: return "finite";
+    case CaseClass::kNonFinite: return "non-finite";
+    case CaseClass::kBadPage: return "bad page";
+    case CaseClass::kBadLength: return "bad length";
+  }
+  return "?";
+}
+
+// How much CPU a case may take to build and to reference (estimate_cpu_ns): most are small,
+// some are long contexts with few sequences and heads.
+enum class Tier { kSmall, kMedium, kLong };
+inline constexpr int kTiers = 3;
+inline constexpr double kTierBudgetNs[kTiers] = {4e7, 5e8, 4e9};
+inline const char* tier_name(Tier t) {
+  return t == Tier::kSmall ? "small" : t == Tier::kMedium ? "medium" : "long";
+}
+
+inline constexpr int kListedPageSizes[] = {1, 16, 784, 800, 1056, 1568, 1616};
+inline constexpr int kMaxRandomPageSize = 2048;
+inline constexpr int kMaxLength = 65536;
+inline constexpr int kMaxBatch = 32;
+inline constexpr int kMaxKvHeads = 8;
+inline constexpr int kMaxGroup = 16;  // DecodeConfig::kMaxGroup
+inline constexpr int kHeadDims[] = {64, 128, 256};
+// Every Config's plan for a case fits in this much workspace.
+inline constexpr size_t kMaxWorkspaceBytes = size_t(256) << 20;
+
+// The plan each Config makes for the case (vxqa::make_decode_plan<Config>).
+struct PlanSpec {
+  int max_batch = 1;
+  int max_context = 1;
+  int sm_count = 1;
+  int chunk_multiple = 0;  // 0: the plan picks the chunk; else chunk = this · Config::kCtaTokens
+};
+
+enum class Target { kQ, kK, kV };
+enum class Poison { kNan, kPlusInf, kMinusInf };
+
+// A NaN or ±inf written into a live element (one that a sequence's length covers).
+struct Injection {
+  Target target = Target::kQ;
+  Poison value = Poison::kNan;
+  int seq = 0;
+  int head = 0;   // a query head for q, a KV head for K and V
+  int token = 0;  // K and V only
+  int dim = 0;
+  // >= 0: the factor it meets in q·k is set to 0 (inf · 0): for K, q's dim of query head
+  // head·G + zero_partner; for q, K's dim at token zero_partner.
+  int zero_partner = -1;
+};
+
+// One block-table entry that a valid length uses, set outside [0, num_pages).
+struct BadPage {
+  int seq = -1, column = -1;
+  bool from_num_pages = false;  // the id is num_pages + id (num_pages is known once built)
+  int32_t id = 0;
+  int32_t resolve(int num_pages) const { return from_num_pages ? num_pages + id : id; }
+};
+
+struct SweepCase {
+  uint64_t seed = 0;
+  CaseClass cls = CaseClass::kFinite;
+  Tier tier = Tier::kSmall;
+  RandomProblemOptions problem;  // shape, lengths (seq_lens), layout, scales, shared prefix
+  uint64_t problem_seed = 0;
+  double score_spread = 1;  // drawn: ≈ the standard deviation of the scores
+  double q_stddev = 1;      // q ~ N(0, q_stddev²), chosen to give that spread
+  PlanSpec plan;
+  std::vector<Injection> injections;              // kNonFinite
+  BadPage bad_page;                               // kBadPage
+  std::vector<std::pair<int, int32_t>> bad_lengths;  // kBadLength: (seq, length the device reads)
+
+  int query_heads() const { return problem.kv_heads * problem.group; }
+  int longest() const {
+    return problem.seq_lens.empty() ? 0 : *std::max_element(problem.seq_lens.begin(), problem.seq_lens.end());
+  }
+  // Table columns: the problem generator's max_pages.
+  int max_pages() const {
+    return (longest() + problem.page_size - 1) / problem.page_size + problem.spare_table_cols;
+  }
+  std::vector<int32_t> device_lens() const {
+    std::vector<int32_t> lens = problem.seq_lens;
+    for (const auto& [seq, len] : bad_lengths) lens[seq] = len;
+    return lens;
+  }
+  uint32_t expected_errors() const {  // vxqa::DecodeError bits
+    return cls == CaseClass::kBadLength ? 1u : cls == CaseClass::kBadPage ? 2u : 0u;
+  }
+};
+
+// --- the cost model ----------------------------------------------------------------------
+// Nanoseconds on one core (measured on a 2-core CI machine, g++ -O2) of make_random_problem, the
+// q rescale, the reference and finite_v_abs_max: garbage for every cache element, and per
+// live element (token · KV head · dim) two encodes, two decodes and 2·G multiply-adds.
+inline constexpr double kFillNs = 17.5;
+inline constexpr double kLiveNs = 70;
+inline constexpr double kLivePerHeadNs = 0.8;
+inline constexpr double kQNs = 60;  // per q element: drawn, rescaled, read
+
+// At most the elements of one page of K or V as make_random_problem lays them out (random
+// strides pad each level by up to 5 elements, then align).
+inline int64_t page_elements_bound(const RandomProblemOptions& o) {
+  const int64_t a = o.stride_align;
+  auto up = [a](int64_t x) { return (x + a - 1) / a * a; };
+  if (o.layout != CacheLayout::kRandomStrides) return int64_t(o.page_size) * o.kv_heads * up(o.head_dim);
+  const int64_t inner = up(o.head_dim + 5);
+  const int64_t token_major = up(int64_t(o.page_size) * up(o.kv_heads * inner + 5) + 5);
+  const int64_t head_major = up(int64_t(o.kv_heads) * up(o.page_size * inner + 5) + 5);
+  return std::max(token_major, head_major);
+}
+
+// At most the elements of the whole cache (K and V, every page, with offsets), ignoring
+// shared prefix pages (which only save).
+inline int64_t cache_elements_bound(const RandomProblemOptions& o) {
+  int64_t pages = o.spare_pages;
+  for (int32_t len : o.seq_lens) pages += (len + o.page_size - 1) / o.page_size;
+  return (2 * pages + 1) * page_elements_bound(o) + 32 * o.stride_align;
+}
+
+inline double estimate_cpu_ns(const SweepCase& c) {
+  const RandomProblemOptions& o = c.problem;
+  int64_t tokens = 0;
+  for (int32_t len : o.seq_lens) tokens += len;
+  const double live = double(tokens) * o.kv_heads * o.head_dim;
+  return kFillNs * double(cache_elements_bound(o)) + live * (kLiveNs + kLivePerHeadNs * o.group) +
+         kQNs * double(o.batch) * c.query_heads() * o.head_dim;
+}
+
+// The most workspace any Config's plan takes: explicit chunks of at least one warp's 32
+// tokens; an automatic chunk for each kCtaTokens a Config can have (32 · Warps, Warps 1..8).
+inline size_t worst_workspace_bytes(const SweepCase& c) {
+  const PlanSpec& s = c.plan;
+  const int hq = c.query_heads(), tiles = c.problem.kv_heads * ((c.problem.group + 7) / 8);
+  size_t worst = 0;
+  for (int warps = 1; warps <= 8; ++warps) {
+    const int cta = 32 * warps;
+    const int chunk = s.chunk_multiple ? s.chunk_multiple * cta
+                                       : vxqa::choose_chunk_tokens(s.max_batch, s.max_context, tiles,
+                                                                   cta, 4 * s.sm_count);
+    const int chunks = int((int64_t(s.max_context) + chunk - 1) / chunk);
+    worst = std::max(worst, vxqa::plan_workspace_bytes(s.max_batch, hq, chunks, c.problem.head_dim));
+  }
+  return worst;
+}
+
+// --- drawing -----------------------------------------------------------------------------
+namespace detail {
+
+// The case's own draws (not std:: distributions, which differ between standard libraries).
+class CaseRng {
+ public:
+  explicit CaseRng(uint64_t seed) {
+    std::seed_seq s{uint32_t(seed), uint32_t(seed >> 32), 0x5EEDu};
+    rng_.seed(s);
+  }
+  uint64_t bits() { return rng_(); }
+  int below(int n) { return int(rng_() % uint64_t(n)); }  // [0, n)
+  int in(int lo, int hi) { return lo + below(hi - lo + 1); }  // [lo, hi]
+  bool chance(int percent) { return below(100) < percent; }
+  double unit() { return double(rng_() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double log_uniform(double lo, double hi) { return lo * std::pow(hi / lo, unit()); }
+  int log_uniform_int(int lo, int hi) {  // [lo, hi], denser at lo
+    return std::min(hi, int(std::floor(log_uniform(lo, hi + 1.0))));
+  }
+  template <class T, size_t N>
+  T pick(const T (&xs)[N]) { return xs[below(int(N))]; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// A length at an edge of the kernels' tiling: tiny, a page, a CTA round or a chunk, ±1.
+inline int edge_length(CaseRng& r, int page, int chunk_multiple) {
+  static constexpr int kSmall[] = {0, 1, 2, 3, 31, 32, 33, 63, 64, 65};
+  int base;
+  switch (r.below(4)) {
+    case 0: return r.pick(kSmall);
+    case 1: base = page * r.in(1, 3); break;
+    case 2: base = 32 * (1 << r.below(12)) * r.in(1, 3); break;  // CTA rounds of 1..8 warps
+    default:  // the explicit chunk of a 2- or 4-warp Config, or the top
+      base = chunk_multiple ? chunk_multiple * (r.below(2) ? 64 : 128) * r.in(1, 3) : kMaxLength;
+  }
+  return std::clamp(base + r.in(-1, 1), 0, kMaxLength);
+}
+
+// Lengths under the budget: each an edge length or uniform in [0, scale], then shuffled
+// (the last drawn are the ones the budget squeezes).
+inline std::vector<int32_t> draw_lengths(CaseRng& r, const SweepCase& c, double budget_ns) {
+  const RandomProblemOptions& o = c.problem;
+  // Cost of a token, and of what does not depend on the lengths (partial and spare pages,
+  // q): estimate_cpu_ns <= fixed + per_token * Σ len.
+  const double page_ns = kFillNs * 2 * double(page_elements_bound(o));
+  const double per_token = page_ns / o.page_size +
+                           double(o.kv_heads) * o.head_dim * (kLiveNs + kLivePerHeadNs * o.group);
+  const double fixed = page_ns * (o.batch + o.spare_pages + 1) + kFillNs * 32 * o.stride_align +
+                       kQNs * double(o.batch) * c.query_heads() * o.head_dim;
+  // 2 tokens a sequence kept in reserve: the classes below may lengthen one.
+  int64_t left = std::max<int64_t>(0, int64_t((budget_ns - fixed) / per_token) - 2);
+  const int scale = c.tier == Tier::kSmall    ? r.log_uniform_int(1, 4096)
+                    : c.tier == Tier::kMedium ? r.log_uniform_int(256, 16384)
+                                              : r.log_uniform_int(16384, kMaxLength);
+  std::vector<int32_t> lens(o.batch);
+  for (int32_t& len : lens) {
+    len = r.chance(35) ? edge_length(r, o.page_size, c.plan.chunk_multiple) : r.in(0, scale);
+    if (len > left) len = int32_t(r.in(0, int(std::min<int64_t>(left, kMaxLength))));
+    left -= len;
+  }
+  for (int i = o.batch - 1; i > 0; --i) std::swap(lens[i], lens[r.in(0, i)]);
+  return lens;
+}
+
+// Scales log-uniform in [1e-3, 1e3] and a score spread τ (≈ std of the scores) log-uniform
+// in [1e-3, 1e3]: flat to one-hot. q's deviation gives τ = softmax_scale · k_scale · σ ·
+// √D · std(K) (K is uniform in [-2, 2]); where σ would leave the range that keeps q normal
+// in fp16 and its products finite, it is clamped and softmax_scale takes the rest.
+inline void draw_scales(CaseRng& r, SweepCase* c) {
+  RandomProblemOptions& o = c->problem;
+  constexpr double kKStd = 1.1547005383792515;  // 2 / √3
+  const double k_scale = r.log_uniform(1e-3, 1e3);
+  double softmax_scale = r.log_uniform(1e-3, 1e3);
+  c->score_spread = r.log_uniform(1e-3, 1e3);
+  const double unit_spread = k_scale * std::sqrt(double(o.head_dim)) * kKStd;
+  c->q_stddev = std::clamp(c->score_spread / (softmax_scale * unit_spread), 0x1p-6, 0x1p11);
+  softmax_scale = c->score_spread / (c->q_stddev * unit_spread);
+  o.k_scale = float(k_scale);
+  o.softmax_scale = float(softmax_scale);
+  o.v_scale = float(r.log_uniform(1e-3, 1e3));  // |out| <= 2 · 1e3, far under fp16's 65504
+}
+
+// A sequence with length >= 1, or -1.
+inline int live_sequence(CaseRng& r, const std::vector<int32_t>& lens) {
+  std::vector<int> live;
+  for (int b = 0; b < int(lens.size()); ++b)
+    if (lens[b] > 0) live.push_back(b);
+  return live.empty() ? -1 : live[r.below(int(live.size()))];
+}
+
+inline Injection draw_injection(CaseRng& r, const SweepCase& c) {
+  const RandomProblemOptions& o = c.problem;
+  Injection in;
+  in.target = Target(r.below(3));
+  in.value = Poison(r.below(3));
+  in.seq = live_sequence(r, o.seq_lens);
+  in.dim = r.below(o.head_dim);
+  const bool inf = in.value != Poison::kNan;
+  if (in.target == Target::kQ) {
+    in.head = r.below(c.query_heads());
+    if (inf && r.chance(50)) in.zero_partner = r.below(o.seq_lens[in.seq]);
+  } else {
+    in.head = r.below(o.kv_heads);
+    in.token = r.below(o.seq_lens[in.seq]);
+    if (in.target == Target::kK && inf && r.chance(50)) in.zero_partner = r.below(o.group);
+  }
+  return in;
+}
+
+inline BadPage draw_bad_page(CaseRng& r, const SweepCase& c) {
+  BadPage bad;
+  bad.seq = live_sequence(r, c.problem.seq_lens);
+  bad.column = r.below((c.problem.seq_lens[bad.seq] + c.problem.page_size - 1) / c.problem.page_size);
+  switch (r.below(7)) {
+    case 0: bad.id = -1; break;
+    case 1: bad.from_num_pages = true, bad.id = 0; break;
+    case 2: bad.from_num_pages = true, bad.id = r.in(1, 1000); break;
+    case 3: bad.id = INT_MAX; break;
+    case 4: bad.id = INT_MIN; break;
+    case 5: bad.id = 50000000; break;
+    default: bad.id = -r.in(2, 1000000);
+  }
+  return bad;
+}
+
+inline int32_t draw_bad_length(CaseRng& r, int max_context) {
+  switch (r.below(7)) {
+    case 0: return -1;
+    case 1: return -r.in(2, 1000000);
+    case 2: return INT_MIN;
+    case 3: return max_context + 1;
+    case 4: return max_context + r.in(2, 1000000);
+    case 5: return INT_MAX;
+    default: return -7;
+  }
+}
+
+}  // namespace detail
+
+// Same seed, same case.
+inline SweepCase draw_case(uint64_t seed) {
+  detail::CaseRng r(seed);
+  SweepCase c;
+  c.seed = seed;
+  const int cls = r.below(100);
+  c.cls = cls < 70 ? CaseClass::kFinite
+          : cls < 82 ? CaseClass::kNonFinite
+          : cls < 92 ? CaseClass::kBadPage
+                     : CaseClass::kBadLength;
+  const int tier = r.below(100);
+  c.tier = tier < 80 ? Tier::kSmall : tier < 96 ? Tier::kMedium : Tier::kLong;
+  c.problem_seed = r.bits();
+
+  RandomProblemOptions& o = c.problem;
+  o.head_dim = r.pick(kHeadDims);
+  o.format = r.below(3) < 2 ? KvFormat::kE5M2 : KvFormat::kFp16;
+  o.stride_align = 16 / vxqa::reference::element_bytes(o.format);  // the kernel's 16-byte loads
+  static constexpr int kCommonGroups[] = {1, 6, 8, 9, 16};
+  o.group = r.chance(25) ? r.pick(kCommonGroups) : r.in(1, kMaxGroup);
+  const bool long_tier = c.tier == Tier::kLong;
+  o.kv_heads = r.in(1, long_tier ? 2 : kMaxKvHeads);
+  o.batch = long_tier ? r.in(1, 3) : r.chance(30) ? r.in(1, kMaxBatch) : r.log_uniform_int(1, kMaxBatch);
+  o.page_size = r.chance(50) ? r.pick(kListedPageSizes) : r.log_uniform_int(1, kMaxRandomPageSize);
+  o.layout = CacheLayout(r.below(3));
+  o.spare_pages = r.in(0, 3);
+  o.spare_table_cols = r.in(0, 3);
+  if (o.batch >= 2 && r.chance(25)) o.shared_prefix_pages = r.chance(50) ? r.in(1, 4) : 1 << 20;
+  o.garbage_seed = r.bits();
+  detail::draw_scales(r, &c);
+  c.plan.chunk_multiple = r.chance(40) ? 0 : r.chance(85) ? r.log_uniform_int(1, 64) : 1 << 12;
+
+  // Heavy shapes first give up sequences, then heads, then spare pages, until what does
+  // not depend on the lengths takes at most half the budget.
+  const double budget = kTierBudgetNs[int(c.tier)];
+  for (;;) {
+    o.seq_lens.assign(o.batch, 0);
+    if (estimate_cpu_ns(c) + kFillNs * 2 * double(page_elements_bound(o)) * o.batch <= budget / 2) break;
+    if (o.batch > 1) o.batch = (o.batch + 1) / 2;
+    else if (o.kv_heads > 1) o.kv_heads /= 2;
+    else if (o.spare_pages > 0) o.spare_pages = 0;
+    else break;
+  }
+  o.seq_lens = detail::draw_lengths(r, c, budget);
+  if (c.cls == CaseClass::kNonFinite || c.cls == CaseClass::kBadPage) {
+    if (detail::live_sequence(r, o.seq_lens) < 0) o.seq_lens[r.below(o.batch)] = r.in(1, 2);
+  }
+  if (c.longest() == 0) {  // the API needs a page and a table column even when none is read
+    o.spare_pages = std::max(o.spare_pages, 1);
+    o.spare_table_cols = std::max(o.spare_table_cols, 1);
+  }
+
+  // The plan: capacity at or above this step's, within what the block table holds.
+  PlanSpec& plan = c.plan;
+  const int room = c.max_pages() * o.page_size;
+  plan.max_context = c.longest() > 0 && r.chance(50) ? c.longest() : r.in(std::max(c.longest(), 1), room);
+  plan.max_batch = r.chance(30) ? o.batch + r.in(1, o.batch + 8) : o.batch;
+  plan.sm_count = r.in(1, 200);
+  while (worst_workspace_bytes(c) > kMaxWorkspaceBytes) {
+    if (plan.max_batch > o.batch) plan.max_batch = o.batch;
+    else plan.chunk_multiple = plan.chunk_multiple ? 2 * plan.chunk_multiple : 64;
+  }
+
+  switch (c.cls) {
+    case CaseClass::kFinite: break;
+    case CaseClass::kNonFinite:
+      for (int n = r.in(1, 3); n > 0; --n) c.injections.push_back(detail::draw_injection(r, c));
+      break;
+    case CaseClass::kBadPage: c.bad_page = detail::draw_bad_page(r, c); break;
+    case CaseClass::kBadLength: {
+      const int first = r.below(o.batch);
+      c.bad_lengths.push_back({first, detail::draw_bad_length(r, plan.max_context)});
+      if (o.batch > 1 && r.chance(40)) {
+        const int second = (first + r.in(1, o.batch - 1)) % o.batch;
+        c.bad_lengths.push_back({second, detail::draw_bad_length(r, plan.max_context)});
+      }
+      break;
+    }
+  }
+  return c;
+}
+
+// --- words -------------------------------------------------------------------------------
+inline const char* layout_name(CacheLayout l) {
+  return l == CacheLayout::kPackedNhd ? "packed" : l == CacheLayout::kVllm ? "vllm" : "strided";
+}
+
+inline std::string plan_words(const PlanSpec& p) {
+  char text[120];
+  if (p.chunk_multiple)
+    std::snprintf(text, sizeof text, "chunk %d x cta (max_batch %d, max_context %d)", p.chunk_multiple,
+                  p.max_batch, p.max_context);
+  else
+    std::snprintf(text, sizeof text, "auto (max_batch %d, max_context %d, sm %d)", p.max_batch,
+                  p.max_context, p.sm_count);
+  return text;
+}
+
+// One line.
+inline std::string summary(const SweepCase& c) {
+  const RandomProblemOptions& o = c.problem;
+  int empty = 0;
+  for (int32_t len : o.seq_lens) empty += len == 0;
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "[%s, %s] D%d %s G%d Hkv%d B%d page %d %s, longest %d (%d empty)%s, scales k %.3g v %.3g "
+                "softmax %.3g, spread %.3g, plan %s",
+                class_name(c.cls), tier_name(c.tier), o.head_dim,
+                o.format == KvFormat::kE5M2 ? "e5m2" : "fp16", o.group, o.kv_heads, o.batch, o.page_size,
+                layout_name(o.layout), c.longest(), empty, o.shared_prefix_pages ? ", shared prefix" : "",
+                double(o.k_scale), double(o.v_scale), double(o.softmax_scale), c.score_spread,
+                plan_words(c.plan).c_str());
+  return text;
+}
+
+// Everything the case draws, one item a line.
+inline std::string describe(const SweepCase& c) {
+  static const char* kTargets[] = {"q", "K", "V"};
+  static const char* kPoisons[] = {"NaN", "+inf", "-inf"};
+  const RandomProblemOptions& o = c.problem;
+  std::string s = "seed " + std::to_string(c.seed) + ": " + summary(c) + "\n";
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "  problem seed %llu, garbage seed %llu, q stddev %.6g, spare pages %d, spare table "
+                "columns %d, shared prefix pages %d, stride align %d\n",
+                static_cast<unsigned long long>(c.problem_seed),
+                static_cast<unsigned long long>(o.garbage_seed), c.q_stddev, o.spare_pages,
+                o.spare_table_cols, o.shared_prefix_pages, o.stride_align);
+  s += line;
+  s += "  lengths:";
+  for (int32_t len : o.seq_lens) s += " " + std::to_string(len);
+  s += "\n";
+  for (const auto& [seq, len] : c.bad_lengths)
+    s += "  bad length: seq " + std::to_string(seq) + " reads " + std::to_string(len) + "\n";
+  if (c.bad_page.seq >= 0)
+    s += "  bad page: seq " + std::to_string(c.bad_page.seq) + " column " +
+         std::to_string(c.bad_page.column) + " = " + (c.bad_page.from_num_pages ? "num_pages + " : "") +
+         std::to_string(c.bad_page.id) + "\n";
+  for (const Injection& in : c.injections) {
+    std::snprintf(line, sizeof line, "  %s at %s seq %d head %d token %d dim %d", kPoisons[int(in.value)],
+                  kTargets[int(in.target)], in.seq, in.head, in.target == Target::kQ ? -1 : in.token, in.dim);
+    s += line;
+    if (in.zero_partner >= 0)
+      s += (in.target == Target::kQ ? ", K = 0 at token " : ", q = 0 for group head ") +
+           std::to_string(in.zero_partner);
+    s += "\n";
+  }
+  std::snprintf(line, sizeof line, "  estimated CPU %.1f ms (budget %.0f ms), worst workspace %.1f MB\n",
+                estimate_cpu_ns(c) * 1e-6, kTierBudgetNs[int(c.tier)] * 1e-6,
+                double(worst_workspace_bytes(c)) / (1 << 20));
+  s += line;
+  return s;
+}
+
+}  // namespace vxqa_sweep

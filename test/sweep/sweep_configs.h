@@ -1,0 +1,76 @@
+// The Configs the sweep runs, one family (and one translation unit) per head dim. Every case
+// runs on each Config that accepts it (its head dim, cache type and page size), so a new
+// kernel variant, such as a second MMA atom, is one more line in each family.
+// Host only; plain C++17 (the CPU test plans and validates cases with these Configs).
+#pragma once
+
+#include "sweep/sweep_case.h"
+
+#include <vxqa/api/plan.cuh>
+#include <vxqa/kernel/config.cuh>
+
+#include <string>
+#include <vector>
+
+namespace vxqa_sweep {
+
+template <class... Configs>
+struct ConfigList {};
+
+using vxqa::ConvertAt;
+using vxqa::DecodeConfig;
+using vxqa::KvType;
+
+using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
+                              DecodeConfig<64, KvType::kE5M2, /*Warps*/ 2>,
+                              DecodeConfig<64, KvType::kFp16>>;
+using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
+                               DecodeConfig<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
+                               DecodeConfig<128, KvType::kE5M2, 4, 1, /*PageSize*/ 16>,
+                               DecodeConfig<128, KvType::kFp16>>;
+using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
+                               DecodeConfig<256, KvType::kE5M2, 4, 1, /*PageSize*/ 800>,
+                               DecodeConfig<256, KvType::kFp16>>;
+
+static_assert(kMaxGroup == DecodeConfig<64, KvType::kE5M2>::kMaxGroup,
+              "sweep_case.h draws groups up to the Configs' kMaxGroup");
+
+// What the sweep needs to know of a Config on the host.
+struct ConfigInfo {
+  std::string name;
+  int head_dim = 0;
+  KvFormat format = KvFormat::kE5M2;
+  int page_size = 0;  // 0: any
+  bool accepts(const SweepCase& c) const {
+    return c.problem.head_dim == head_dim && c.problem.format == format &&
+           (page_size == 0 || c.problem.page_size == page_size);
+  }
+};
+
+template <class Config>
+ConfigInfo config_info() {
+  ConfigInfo info;
+  info.head_dim = Config::kHeadDim;
+  info.format = Config::kKv == KvType::kE5M2 ? KvFormat::kE5M2 : KvFormat::kFp16;
+  info.page_size = Config::kPageSize;
+  info.name = "D" + std::to_string(Config::kHeadDim) + " " + vxqa::KvTraits<Config::kKv>::kName +
+              " W" + std::to_string(Config::kWarps) + " S" + std::to_string(Config::kStages) +
+              " page " + (Config::kPageSize ? std::to_string(Config::kPageSize) : std::string("any")) +
+              (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "");
+  return info;
+}
+
+template <class... Configs>
+std::vector<ConfigInfo> config_infos(ConfigList<Configs...>) {
+  return {config_info<Configs>()...};
+}
+
+// The plan Config makes for the case.
+template <class Config>
+vxqa::Status make_case_plan(const SweepCase& c, vxqa::DecodePlan* plan) {
+  const PlanSpec& s = c.plan;
+  return vxqa::make_decode_plan<Config>(s.max_batch, s.max_context, c.problem.kv_heads, c.problem.group,
+                                        s.sm_count, plan, s.chunk_multiple * Config::kCtaTokens);
+}
+
+}  // namespace vxqa_sweep

@@ -1,0 +1,256 @@
+// vxqa_sweep: the random differential sweep. Each seed draws one decode step (sweep_case.h),
+// worker threads build it and its float64 reference (sweep_prepare.h), and this thread runs
+// it on the GPU with every Config that accepts it (sweep_configs.h) and compares.
+//
+//   vxqa_sweep [--seed-begin A] [--seed-end B] [--threads N] [--verbose] [--cpu-only]
+//   vxqa_sweep --replay SEED
+//
+// Seeds [A, B) (default [0, 10000)); N CPU workers (default: every hardware thread).
+// --replay runs one seed and prints it in full; --cpu-only builds the cases and their
+// references without a GPU (to time the CPU side). Prints one line per failure, with the
+// command that replays it, then per-class counts, the time taken, and last the line
+// "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
+#include "sweep/ordered_workers.h"
+#include "sweep/sweep_runner.cuh"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace vxqa_sweep;
+
+namespace {
+
+struct Options {
+  uint64_t begin = 0, end = 10000;
+  int threads = 0;
+  bool verbose = false, replay = false, cpu_only = false;
+};
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--seed-begin A] [--seed-end B] [--threads N] [--verbose] [--cpu-only]\n"
+               "       %s --replay SEED\n",
+               argv0, argv0);
+  return 2;
+}
+
+bool parse_u64(const char* text, uint64_t* value) {
+  char* end = nullptr;
+  *value = std::strtoull(text, &end, 10);
+  return text[0] >= '0' && text[0] <= '9' && end && *end == '\0';
+}
+
+bool parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    uint64_t value = 0;
+    if (arg == "--verbose") {
+      o->verbose = true;
+    } else if (arg == "--cpu-only") {
+      o->cpu_only = true;
+    } else if (!has_value || !parse_u64(argv[i + 1], &value)) {
+      return false;
+    } else if (arg == "--seed-begin") {
+      o->begin = value, ++i;
+    } else if (arg == "--seed-end") {
+      o->end = value, ++i;
+    } else if (arg == "--threads") {
+      o->threads = int(value), ++i;
+    } else if (arg == "--replay") {
+      o->replay = true, o->begin = value, o->end = value + 1, ++i;
+    } else {
+      return false;
+    }
+  }
+  if (o->threads <= 0) o->threads = std::max(1u, std::thread::hardware_concurrency());
+  if (o->replay) o->threads = 1, o->verbose = true;
+  return o->begin < o->end;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The built problem, for --replay.
+void print_problem(const PreparedCase& c) {
+  const RandomProblem& p = c.problem;
+  std::printf("  built: num_pages %d, table columns %d (stride %lld), strides page %lld token %lld "
+              "head %lld, offsets K %lld V %lld, cache %.2f MB, max|V|*v_scale %.6g, CPU %.3f s\n",
+              p.num_pages, p.max_pages, static_cast<long long>(p.table_stride),
+              static_cast<long long>(p.page_stride), static_cast<long long>(p.token_stride),
+              static_cast<long long>(p.head_stride), static_cast<long long>(p.k_offset),
+              static_cast<long long>(p.v_offset), double(p.cache.size()) / (1 << 20), c.v_abs_max,
+              c.prepare_seconds);
+  for (int b = 0; b < p.batch; ++b) {
+    const int pages = (p.seq_lens[b] + p.page_size - 1) / p.page_size;
+    std::printf("  seq %d: length %d", b, p.seq_lens[b]);
+    if (c.device_lens[b] != p.seq_lens[b]) std::printf(" (the device reads %d)", c.device_lens[b]);
+    std::printf(", pages");
+    for (int i = 0; i < std::min(pages, 16); ++i) std::printf(" %d", c.device_table[b * p.table_stride + i]);
+    std::printf("%s\n", pages > 16 ? " ..." : "");
+  }
+}
+
+struct Count {
+  uint64_t cases = 0, failed = 0;
+  double seconds = 0;
+  double worst = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!parse(argc, argv, &opt)) return usage(argv[0]);
+
+  std::vector<SweepConfig> configs;
+  if (!opt.cpu_only) {
+    int devices = 0;
+    const cudaError_t status = cudaGetDeviceCount(&devices);
+    if (status != cudaSuccess || devices == 0) {
+      std::printf("SKIPPED: no CUDA device (%s): the sweep needs a GPU (--cpu-only builds the cases "
+                  "without one)\n",
+                  status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
+      return 77;
+    }
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    std::printf("vxqa_sweep: seeds [%llu, %llu) on %s (sm_%d%d), %d CPU workers\n",
+                static_cast<unsigned long long>(opt.begin), static_cast<unsigned long long>(opt.end),
+                prop.name, prop.major, prop.minor, opt.threads);
+    for (auto family : {d64_configs, d128_configs, d256_configs})
+      for (SweepConfig& c : family()) configs.push_back(std::move(c));
+  } else {
+    std::printf("vxqa_sweep: seeds [%llu, %llu), CPU only, %d CPU workers\n",
+                static_cast<unsigned long long>(opt.begin), static_cast<unsigned long long>(opt.end),
+                opt.threads);
+  }
+  std::fflush(stdout);
+
+  const auto start = std::chrono::steady_clock::now();
+  Count classes[kCaseClasses], tiers[kTiers];
+  std::vector<Count> per_config(configs.size());
+  uint64_t passed = 0, failed = 0;
+  double gpu_seconds = 0, wait_seconds = 0;
+  std::string fatal;
+  DeviceCase device;
+  {
+    OrderedWorkers<PreparedCase> workers(opt.begin, opt.end, opt.threads, 4 * uint64_t(opt.threads) + 8,
+                                         prepare_case);
+    PreparedCase c;
+    for (;;) {
+      const auto wait_start = std::chrono::steady_clock::now();
+      if (!workers.next(&c)) break;
+      wait_seconds += seconds_since(wait_start);
+      const uint64_t seed = c.spec.seed;
+      if (opt.replay) {
+        std::printf("%s", describe(c.spec).c_str());
+        if (c.error.empty()) print_problem(c);
+      }
+      std::vector<std::string> failures;
+      if (!c.error.empty()) failures.push_back("preparing: " + c.error);
+      double worst = 0;
+      if (c.error.empty() && !opt.cpu_only) {
+        const auto gpu_start = std::chrono::steady_clock::now();
+        try {
+          device.upload(c);
+          int runs = 0;
+          for (size_t i = 0; i < configs.size(); ++i) {
+            if (!configs[i].info.accepts(c.spec)) continue;
+            ++runs;
+            const ConfigRun run = configs[i].run(c, device);
+            std::string failure = run.refused;
+            double run_worst = 0;
+            if (failure.empty()) {
+              const vxqa::reference::Comparison cmp = vxqa::reference::compare_with_reference(
+                  c.reference, c.expect, c.problem.query_heads(), c.problem.head_dim, c.v_abs_max,
+                  {run.out.data(), run.lse.data(), run.errors}, c.expected_errors);
+              if (!cmp.ok()) failure = cmp.first + " (" + std::to_string(cmp.mismatches) + " mismatches)";
+              run_worst = cmp.worst;
+              worst = std::max(worst, run_worst);
+              per_config[i].worst = std::max(per_config[i].worst, run_worst);
+            }
+            ++per_config[i].cases;
+            if (!failure.empty()) {
+              ++per_config[i].failed;
+              failures.push_back(configs[i].info.name + ": " + failure);
+            }
+            if (opt.replay)
+              std::printf("  %s: chunk %d x %d chunks, workspace %zu B, error word %u, worst error/bound "
+                          "%.3f: %s\n",
+                          configs[i].info.name.c_str(), run.plan.chunk_tokens, run.plan.num_chunks,
+                          run.plan.workspace_bytes, run.errors, run_worst,
+                          failure.empty() ? "ok" : failure.c_str());
+          }
+          if (runs == 0) failures.push_back("no Config accepts this case");
+        } catch (const CudaFailure& e) {
+          failures.push_back(std::string("CUDA: ") + e.what());
+          fatal = e.what();
+        }
+        gpu_seconds += seconds_since(gpu_start);
+      }
+
+      Count* counts[] = {&classes[int(c.spec.cls)], &tiers[int(c.spec.tier)]};
+      for (Count* n : counts) {
+        ++n->cases;
+        n->failed += !failures.empty();
+        n->seconds += c.prepare_seconds;
+      }
+      if (failures.empty()) {
+        ++passed;
+        if (opt.verbose)
+          std::printf("ok seed %llu: %s; worst error/bound %.3f\n", static_cast<unsigned long long>(seed),
+                      summary(c.spec).c_str(), worst);
+      } else {
+        ++failed;
+        for (const std::string& f : failures)
+          std::printf("FAIL seed %llu: %s | %s | replay: %s --replay %llu\n",
+                      static_cast<unsigned long long>(seed), summary(c.spec).c_str(), f.c_str(), argv[0],
+                      static_cast<unsigned long long>(seed));
+      }
+      std::fflush(stdout);
+      if (!fatal.empty()) {
+        std::printf("stopping at seed %llu: a CUDA error leaves the device unusable\n",
+                    static_cast<unsigned long long>(seed));
+        break;
+      }
+    }
+  }
+
+  const double wall = seconds_since(start);
+  std::printf("classes:");
+  for (int i = 0; i < kCaseClasses; ++i)
+    std::printf("%s %s %llu (%llu failed)", i ? "," : "", class_name(CaseClass(i)),
+                static_cast<unsigned long long>(classes[i].cases),
+                static_cast<unsigned long long>(classes[i].failed));
+  std::printf("\ntiers (CPU seconds to build and reference):");
+  double cpu_seconds = 0;
+  for (int i = 0; i < kTiers; ++i) {
+    std::printf("%s %s %llu cases %.1f s", i ? "," : "", tier_name(Tier(i)),
+                static_cast<unsigned long long>(tiers[i].cases), tiers[i].seconds);
+    cpu_seconds += tiers[i].seconds;
+  }
+  std::printf("\n");
+  for (size_t i = 0; i < configs.size(); ++i)
+    std::printf("  %-40s %7llu cases, %llu failed, worst error/bound %.3f\n", configs[i].info.name.c_str(),
+                static_cast<unsigned long long>(per_config[i].cases),
+                static_cast<unsigned long long>(per_config[i].failed), per_config[i].worst);
+  std::printf("wall %.1f s on %d CPU workers: %.1f CPU s building cases, %.1f s on the GPU, %.1f s "
+              "waiting for cases\n",
+              wall, opt.threads, cpu_seconds, gpu_seconds, wait_seconds);
+  if (opt.cpu_only) {
+    std::printf("CPU only: %llu cases built, %llu failed to build; no GPU run\n",
+                static_cast<unsigned long long>(passed), static_cast<unsigned long long>(failed));
+    return failed ? 1 : 0;
+  }
+  std::printf("%llu passed, %llu failed\n", static_cast<unsigned long long>(passed),
+              static_cast<unsigned long long>(failed));
+  return failed ? 1 : 0;
+}
