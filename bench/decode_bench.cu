@@ -20,19 +20,24 @@
 
 namespace {
 
-using E5m2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0>;
-using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0>;
-// The other conversion policy (E5M2 -> fp16 when published to shared memory); its fp16
-// tiles take twice the shared memory, so 2 warps a CTA.
-using E5m2Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish>;
-// The seed Config with block-table ids trusted: what the id check costs.
+// The default atom (the SM80 path on sm_80 and newer), the same with block-table ids
+// trusted (what the id check costs), and the SM70 path forced, for the record.
+using E5m2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
+using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
 using E5m2Unchecked = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
                                          vxqa::PageIdCheck::kOff>;
+using E5m2Sm70 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
+                                    vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kSm70>;
+// The SM70 path's other conversion policy (E5M2 -> fp16 when published to shared memory);
+// its fp16 tiles take twice the shared memory, so 2 warps a CTA.
+using E5m2Sm70Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish,
+                                           vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kSm70>;
 
 template <class Config>
 const char* config_name() {
-  if (!Config::kChecksPageIds) return "convert at consume, ids unchecked";
-  return Config::kConvertAt == vxqa::ConvertAt::kPublish ? "convert at publish" : "convert at consume";
+  if (Config::kAtom == vxqa::MmaAtom::kSm70)
+    return Config::kConvertAt == vxqa::ConvertAt::kPublish ? "SM70 atom, convert at publish" : "SM70 atom";
+  return Config::kChecksPageIds ? "default atom" : "default atom, ids unchecked";
 }
 
 struct Shape {
@@ -48,6 +53,7 @@ struct Result {
   long long tokens;
   double mbytes, eager_us, graph_us, gbs, pct_copy;
   int chunk, chunks, copies;
+  std::vector<int32_t> lens;  // so a peer can run the same lengths
 };
 
 std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
@@ -129,15 +135,21 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
 
   const double best = std::min(eager, replay);
   Result r{shape, config_name<Config>(), Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
-           plan.chunk_tokens, plan.num_chunks, copies};
+           plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens};
   r.pct_copy = 100.0 * r.gbs / copy_gbs;
   return r;
+}
+
+std::string join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, commit = "unknown", label = "SM70 m8n8k4 path";
+  std::string json_path, commit = "unknown", label = "vxqa decode";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--json") json_path = argv[i + 1];
@@ -160,14 +172,16 @@ int main(int argc, char** argv) {
       {"B1 x 64K, page 800", 1, 65536, 800, 6, 1, false},
       {"B16 x 1K, page 800", 16, 1024, 800, 6, 1, false},
       {"B4 ragged ~32K, page 784", 4, 32768, 784, 6, 1, true},
+      {"TP1: G6 Hkv4 B16 x 16K, page 16", 16, 16384, 16, 6, 4, false},
   };
+  const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
-  for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
-  results.push_back(run_shape<E5m2Publish>(shapes[0], stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
-  for (int i : {0, 1, 3})
-    results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, prop.multiProcessorCount, prop.l2CacheSize, copy));
+  for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
   results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
-                                        prop.multiProcessorCount, prop.l2CacheSize, copy));
+                                        sms, l2, copy));
+  for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
+  for (int i : {0, 2, 3}) results.push_back(run_shape<E5m2Sm70>(shapes[i], stream, sms, l2, copy));
+  results.push_back(run_shape<E5m2Sm70Publish>(shapes[0], stream, sms, l2, copy));
 
   char date[32];
   const std::time_t now = std::time(nullptr);
@@ -189,13 +203,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,
-                   "    {\"shape\": \"%s\", \"convert\": \"%s\", \"batch\": %d, \"context\": %d, \"page\": %d, \"group\": %d, "
+                   "    {\"shape\": \"%s\", \"config\": \"%s\", \"batch\": %d, \"context\": %d, \"page\": %d, \"group\": %d, "
                    "\"kv_heads\": %d, \"head_dim\": %d, \"ragged\": %s, \"tokens\": %lld, \"mbytes\": %.3f, "
                    "\"eager_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"pct_copy\": %.2f, "
-                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d}%s\n",
+                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d, \"lens\": [%s]}%s\n",
                    r.shape.name, r.config, r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
                    r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
-                   r.pct_copy, r.chunk, r.chunks, r.copies, i + 1 < results.size() ? "," : "");
+                   r.pct_copy, r.chunk, r.chunks, r.copies, join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);

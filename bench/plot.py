@@ -14,7 +14,7 @@ def main(src: str, dst: str) -> None:
     with open(src) as f:
         data = json.load(f)
     rows = data["results"]
-    names = [f'{r["shape"]}\n({r.get("convert", "convert at consume")})' for r in rows]
+    names = [f'{r["shape"]}\n({r.get("config", r.get("convert", ""))})' for r in rows]
     gbs = [r["gbs"] for r in rows]
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.8))
     bars = ax.barh(names, gbs, color="#4c72b0")

@@ -162,7 +162,7 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     if (std::find(std::begin(kListedPageSizes), std::end(kListedPageSizes), o.page_size) ==
         std::end(kListedPageSizes))
       saw("page unlisted");
-    if (o.group == 1 || o.group == kMaxGroup || o.group == 9) saw("group " + std::to_string(o.group));
+    if (o.group == 1 || o.group == 16 || o.group == kMaxGroup || o.group == 9) saw("group " + std::to_string(o.group));
     if (o.kv_heads == 1 || o.kv_heads == kMaxKvHeads) saw("kv heads " + std::to_string(o.kv_heads));
     if (o.batch == 1 || o.batch == kMaxBatch) saw("batch " + std::to_string(o.batch));
     if (o.shared_prefix_pages) saw("shared prefix");

@@ -50,7 +50,8 @@ inline constexpr int kMaxRandomPageSize = 2048;
 inline constexpr int kMaxLength = 65536;
 inline constexpr int kMaxBatch = 32;
 inline constexpr int kMaxKvHeads = 8;
-inline constexpr int kMaxGroup = 16;  // DecodeConfig::kMaxGroup
+// Groups drawn: the kernels take any group (ceil(G / 8) M tiles); 24 covers three.
+inline constexpr int kMaxGroup = 24;
 inline constexpr int kHeadDims[] = {64, 128, 256};
 // Every Config's plan for a case fits in this much workspace.
 inline constexpr size_t kMaxWorkspaceBytes = size_t(256) << 20;

@@ -21,19 +21,26 @@ using vxqa::ConvertAt;
 using vxqa::DecodeConfig;
 using vxqa::KvType;
 
+using vxqa::MmaAtom;
+using vxqa::PageIdCheck;
+// The SM70 path forced (m8n8k4 and register-staged loads) next to the default atom, which
+// is the SM80 path where the sweep is built for sm_80 and newer.
+template <int D, KvType Kv, int Warps = 4>
+using Sm70 = DecodeConfig<D, Kv, Warps, 1, 0, ConvertAt::kConsume, PageIdCheck::kOn, MmaAtom::kSm70>;
+
 using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kE5M2, /*Warps*/ 2>,
-                              DecodeConfig<64, KvType::kFp16>>;
+                              DecodeConfig<64, KvType::kFp16>,
+                              Sm70<64, KvType::kE5M2>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
-                               DecodeConfig<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
+                               DecodeConfig<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish, PageIdCheck::kOn, MmaAtom::kSm70>,
                                DecodeConfig<128, KvType::kE5M2, 4, 1, /*PageSize*/ 16>,
-                               DecodeConfig<128, KvType::kFp16>>;
+                               DecodeConfig<128, KvType::kFp16>,
+                               Sm70<128, KvType::kE5M2>, Sm70<128, KvType::kFp16>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, 4, 1, /*PageSize*/ 800>,
-                               DecodeConfig<256, KvType::kFp16>>;
-
-static_assert(kMaxGroup == DecodeConfig<64, KvType::kE5M2>::kMaxGroup,
-              "sweep_case.h draws groups up to the Configs' kMaxGroup");
+                               DecodeConfig<256, KvType::kFp16>,
+                               Sm70<256, KvType::kE5M2>, Sm70<256, KvType::kFp16, 2>>;
 
 // What the sweep needs to know of a Config on the host.
 struct ConfigInfo {
@@ -56,7 +63,8 @@ ConfigInfo config_info() {
   info.name = "D" + std::to_string(Config::kHeadDim) + " " + vxqa::KvTraits<Config::kKv>::kName +
               " W" + std::to_string(Config::kWarps) + " S" + std::to_string(Config::kStages) +
               " page " + (Config::kPageSize ? std::to_string(Config::kPageSize) : std::string("any")) +
-              (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "");
+              (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "") +
+              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "");
   return info;
 }
 

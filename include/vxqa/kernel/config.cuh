@@ -47,6 +47,12 @@ enum class PageIdCheck { kOn, kOff };
 //          SM70 path on newer GPUs this way).
 enum class MmaAtom { kAuto, kSm70 };
 
+// The atom a DecodeConfig gets when it names none; a build may define it (the GPU tests are
+// built once more with -DVXQA_DEFAULT_MMA_ATOM=vxqa::MmaAtom::kSm70).
+#ifndef VXQA_DEFAULT_MMA_ATOM
+#define VXQA_DEFAULT_MMA_ATOM ::vxqa::MmaAtom::kAuto
+#endif
+
 // Shared memory one CTA of the SM80 path may take: two CTAs of that size fit the 228 KB of
 // an sm_90 SM (1 KB of each reserved), so the next chunk's CTA streams while one finishes.
 inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
@@ -54,7 +60,7 @@ inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
 
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
           ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
-          MmaAtom Atom = MmaAtom::kAuto>
+          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""FlashInfer side by side with vxqa's benchmark: runs FlashInfer's paged decode on the
+shapes of a vxqa_decode_bench JSON file (the same lengths, page size, heads, E5M2 pages in
+NHD, one K and one V pool) and writes its own JSON in the same format.
+
+A measuring instrument only, never a dependency: it needs torch and the FlashInfer wheel
+(../shared/peers/README.md says how to carry it to the GPU machine).
+
+Usage: flashinfer_peer.py VXQA_BENCH.json OUT.json
+Timing: CUDA-graph replay of plan-once / run (eager if the capture fails), median of 200
+after warm-up, CUDA events; caches rotated over enough copies to cover 4x the L2; copy
+bandwidth measured in the same run as read + write bytes of a 1 GiB device copy."""
+import json
+import statistics
+import sys
+
+import torch
+
+
+def median_us(fn, reps=200):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def copy_gbs():
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * n / (median_us(lambda: dst.copy_(src), 50) * 1e3)
+
+
+def run_shape(flashinfer, r, l2_bytes, tensor_cores):
+    lens = r["lens"]
+    page, hkv, group, d = r["page"], r["kv_heads"], r["group"], r["head_dim"]
+    batch = len(lens)
+    pages_of = [(n + page - 1) // page for n in lens]
+    num_pages = sum(pages_of)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    kv_bytes = 2 * num_pages * page * hkv * d
+    copies = min(16, max(1, int(4 * l2_bytes / kv_bytes) + 1))
+    caches = []
+    for _ in range(copies):
+        k = torch.randint(0, 256, (num_pages, page, hkv, d), dtype=torch.uint8, device="cuda", generator=gen)
+        v = torch.randint(0, 256, (num_pages, page, hkv, d), dtype=torch.uint8, device="cuda", generator=gen)
+        # Finite E5M2 codes only (exponent field below 31), like a real cache.
+        k = torch.where((k & 0x7C) == 0x7C, k & 0xBB, k).view(torch.float8_e5m2)
+        v = torch.where((v & 0x7C) == 0x7C, v & 0xBB, v).view(torch.float8_e5m2)
+        caches.append((k, v))
+    perm = torch.randperm(num_pages, device="cuda", generator=gen).to(torch.int32)
+    indptr = torch.tensor([0] + list(torch.tensor(pages_of).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
+    last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, pages_of)], dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, hkv * group, d, dtype=torch.float16, device="cuda", generator=gen)
+    workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
+    wrapper.plan(indptr, perm, last, hkv * group, hkv, d, page, pos_encoding_mode="NONE",
+                 q_data_type=torch.float16, kv_data_type=torch.float8_e5m2)
+
+    def step_all():
+        for k, v in caches:
+            wrapper.run(q, (k, v))
+
+    eager = median_us(step_all) / copies
+    graph_us, how = None, "eager"
+    try:
+        graph = torch.cuda.CUDAGraph()
+        step_all()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            step_all()
+        graph_us = median_us(graph.replay) / copies
+        how = "graph"
+    except Exception as e:  # noqa: BLE001 - the eager number stands
+        print(f"graph capture failed for {r['shape']}: {e}", file=sys.stderr)
+    best = min(eager, graph_us) if graph_us else eager
+    tokens = sum(lens)
+    mbytes = (tokens * hkv * d * 2 + 4 * batch * hkv * group * d) / 1e6
+    return dict(shape=r["shape"], config=f"FlashInfer {'tensor-core' if tensor_cores else 'CUDA-core'} decode",
+                batch=batch, context=r["context"], page=page, group=group, kv_heads=hkv, head_dim=d,
+                tokens=tokens, mbytes=mbytes, eager_us=eager, graph_us=graph_us or eager, timing=how,
+                gbs=mbytes * 1e6 / (best * 1e3), cache_copies=copies)
+
+
+def main(src, dst):
+    import flashinfer
+
+    with open(src) as f:
+        bench = json.load(f)
+    prop = torch.cuda.get_device_properties(0)
+    copy = copy_gbs()
+    rows, seen = [], set()
+    for r in bench["results"]:
+        if r["config"] != "default atom" or r["shape"] in seen:
+            continue
+        seen.add(r["shape"])
+        for tc in (True,) if r["tokens"] > 200000 * 4 else (True, False):
+            row = run_shape(flashinfer, r, prop.L2_cache_size, tc)
+            row["pct_copy"] = 100 * row["gbs"] / copy
+            rows.append(row)
+            print(f"{row['shape']:40s} {row['config']:34s} {min(row['eager_us'], row['graph_us']):8.1f} us "
+                  f"{row['pct_copy']:5.1f} % of copy", flush=True)
+    out = dict(device=prop.name, date=bench["date"], commit=bench["commit"], label="FlashInfer "
+               + flashinfer.__version__, copy_gbs=copy, results=rows)
+    with open(dst, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

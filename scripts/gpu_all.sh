@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Everything a GPU machine checks, in one call (the H200 lease is short): builds the GPU
+# targets for the local GPU, then runs, each writing its raw, untrimmed log to $OUT:
+#   gpu-suite.log / gpu-suite-sm70.log   the GPU tests, default atom / SM70 path forced
+#   sweep.log                            vxqa_sweep over seeds [0, SWEEP_SEEDS)
+#   memcheck.log racecheck.log synccheck.log   compute-sanitizer on the reduced matrix
+#                                        (and memcheck on the poisoned block tables)
+#   bench.json bench.log                 the decode benchmark
+#   peer.json peer.log                   FlashInfer on the same shapes (step "peer": needs
+#                                        its wheels in .peers/, see ../shared/peers/README.md)
+# Steps are chosen by VXQA_STEPS (default "build suite sweep sanitize bench"); the summary
+# of every step is printed last. CATCH2_PREFIX: a Catch2 v2 install if the machine has none.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-$root/build-gpu/out}"
+mkdir -p "$out"
+steps="${VXQA_STEPS:-build suite sweep sanitize bench}"
+seeds="${SWEEP_SEEDS:-10000}"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+summary=()
+has() { [[ " $steps " == *" $1 "* ]]; }
+note() { summary+=("$1"); }
+
+if has build; then
+  start=$SECONDS
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
+    -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
+    cmake --build build-gpu -j "$(nproc)" --target vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
+      vxqa_decode_bench vxqa_demo >"$out/build.log" 2>&1
+  rc=$?
+  note "build: rc $rc, $((SECONDS - start)) s"
+  if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
+fi
+
+if has suite; then
+  for v in "" _sm70; do
+    start=$SECONDS
+    ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1
+    note "suite$v: rc $?, $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
+  done
+fi
+
+if has sweep; then
+  start=$SECONDS
+  ./build-gpu/test/sweep/vxqa_sweep --seed-begin 0 --seed-end "$seeds" >"$out/sweep.log" 2>&1
+  note "sweep: rc $?, $((SECONDS - start)) s: $(tail -1 "$out/sweep.log")"
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    start=$SECONDS
+    filter="[sanitize_reduced]"
+    [ $tool = memcheck ] && filter="[sanitize_reduced],[sanitize_pages]"
+    : >"$out/$tool.log"
+    for v in "" _sm70; do
+      compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/test/vxqa_gpu_tests$v "$filter" >>"$out/$tool.log" 2>&1
+      note "$tool$v: rc $?, $((SECONDS - start)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)"
+    done
+  done
+fi
+
+if has bench; then
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --json "$out/bench.json" --commit "$commit" >"$out/bench.log" 2>&1
+  note "bench: rc $?, $((SECONDS - start)) s"
+  cat "$out/bench.log"
+fi
+
+if has peer; then
+  start=$SECONDS
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/*.whl >"$out/peer.log" 2>&1 &&
+    PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/bench.json" "$out/peer.json" >>"$out/peer.log" 2>&1
+  note "peer: rc $?, $((SECONDS - start)) s"
+  cat "$out/peer.log"
+fi
+
+echo "== gpu_all at $commit on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+printf '%s\n' "${summary[@]}"
