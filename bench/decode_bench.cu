@@ -2,7 +2,9 @@
 // median of many runs with CUDA events) against the device-to-device copy bandwidth
 // measured in the same run, prints a table and writes JSON.
 //
-//   decode_bench [--json FILE] [--commit HASH] [--label TEXT]
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment]
+// --experiment times the default atom over chunk sizes and warps per CTA instead;
+// --profile runs only the seed shape (chunk 2048), for ncu.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
 // plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
@@ -66,7 +68,8 @@ std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
 }
 
 template <class Config>
-Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs) {
+Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
+                 int chunk_tokens = 0) {
   vxqa::reference::RandomProblemOptions po;
   po.batch = shape.batch;
   po.kv_heads = shape.kv_heads;
@@ -101,7 +104,8 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
 
   vxqa::DecodePlan plan;
-  if (!vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan).ok()) std::exit(1);
+  if (!vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan, chunk_tokens).ok())
+    std::exit(1);
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
 
@@ -156,6 +160,11 @@ int main(int argc, char** argv) {
     else if (k == "--commit") commit = argv[i + 1];
     else if (k == "--label") label = argv[i + 1];
   }
+  bool experiment = false, profile = false;
+  for (int i = 1; i < argc; ++i) {
+    experiment |= std::string(argv[i]) == "--experiment";
+    profile |= std::string(argv[i]) == "--profile";
+  }
   if (!vxqa_demo::has_gpu()) {
     std::printf("no CUDA device: benchmark skipped\n");
     return 0;
@@ -176,12 +185,27 @@ int main(int argc, char** argv) {
   };
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
-  for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
-  results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
-                                        sms, l2, copy));
-  for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
-  for (int i : {0, 2, 3}) results.push_back(run_shape<E5m2Sm70>(shapes[i], stream, sms, l2, copy));
-  results.push_back(run_shape<E5m2Sm70Publish>(shapes[0], stream, sms, l2, copy));
+  if (experiment) {  // chunk sizes and warps per CTA of the default atom
+    using W2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2>;
+    using W8 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 8>;
+    for (int c : {512, 1024, 1536, 2048, 4096}) results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, c));
+    for (int c : {512, 1024, 2048}) results.push_back(run_shape<W2>(shapes[0], stream, sms, l2, copy, c));
+    for (int c : {1024, 2048}) results.push_back(run_shape<W8>(shapes[0], stream, sms, l2, copy, c));
+    for (int c : {256, 512, 1024}) results.push_back(run_shape<E5m2>(shapes[2], stream, sms, l2, copy, c));
+    for (int c : {256, 512}) results.push_back(run_shape<W2>(shapes[2], stream, sms, l2, copy, c));
+    for (int c : {128, 256, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c));
+    for (int c : {128, 256}) results.push_back(run_shape<W2>(shapes[3], stream, sms, l2, copy, c));
+  }
+  if (profile) {  // one shape, for ncu
+    results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, 2048));
+  } else if (!experiment) {
+    for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
+    results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
+                                          sms, l2, copy));
+    for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
+    for (int i : {0, 2, 3}) results.push_back(run_shape<E5m2Sm70>(shapes[i], stream, sms, l2, copy));
+    results.push_back(run_shape<E5m2Sm70Publish>(shapes[0], stream, sms, l2, copy));
+  }
 
   char date[32];
   const std::time_t now = std::time(nullptr);

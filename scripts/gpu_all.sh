@@ -17,7 +17,7 @@ out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
 steps="${VXQA_STEPS:-build suite sweep sanitize bench}"
 seeds="${SWEEP_SEEDS:-10000}"
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+commit="${VXQA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 summary=()
 has() { [[ " $steps " == *" $1 "* ]]; }
 note() { summary+=("$1"); }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sass_audit.py — checks the SASS of an sm_70 cubin against expectations in its source.
+"""sass_audit.py — checks the SASS of a cubin (sm_70, or sm_80/sm_90) against expectations in its source.
 
     sass_audit.py [--cuobjdump PATH] [--source FILE]... [--expect-arch sm_70]
                   [--toolchain NAME] CUBIN
@@ -8,9 +8,9 @@ Runs `cuobjdump -res-usage` and `cuobjdump -sass` on CUBIN, prints one row per k
 (registers, static shared memory, stack frame, local memory, counts of the instructions that
 matter for vxqa on Volta, total instructions) and, under a kernel whose HMMAs sit in a loop,
 a `main loop` row with the same counts for that loop's body alone: the instructions from the
-target of its backward branch to the branch (the loop whose body holds the most HMMA.884;
+target of its backward branch to the branch (the loop whose body holds the most HMMAs;
 out-of-line blocks the body jumps to are not counted). In the decode kernels that loop runs
-once per 32-token tile of a warp. It then checks every kernel against the `vxqa-audit:`
+once per 32-token tile of a warp on the SM70 path, per 16-token tile on the SM80 path. It then checks every kernel against the `vxqa-audit:`
 comment lines of the --source files:
 
     // vxqa-audit: kernel=REGEX [require=OP,...] [forbid=OP,...] [max-registers=N]
@@ -54,6 +54,8 @@ import sys
 # Count columns of the table: (header, opcode pattern counted).
 COUNT_COLUMNS = [
     ("HMMA.884", "HMMA.884"),
+    ("HMMA.16816", "HMMA.16816"),
+    ("LDGSTS", "LDGSTS"),
     ("LDG.128", "LDG.128"),
     ("LDS.128", "LDS.128"),
     ("STS.128", "STS.128"),
@@ -199,8 +201,8 @@ class Kernel:
         return sum(1 for _, op, _ in self.instructions if pattern.matches(op))
 
     def main_loop(self):
-        """The body of the backward-branch loop holding the most HMMA.884, or None."""
-        hmma = OpPattern("HMMA.884")
+        """The body of the backward-branch loop holding the most HMMA (any shape), or None."""
+        hmma = OpPattern("HMMA")
         best, best_hmma = None, 0
         for address, op, text in self.instructions:
             target = BRA_TARGET_RE.search(text) if split_opcode(op)[0] == "BRA" else None
