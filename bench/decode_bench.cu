@@ -104,7 +104,9 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
 
   vxqa::DecodePlan plan;
-  if (!vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan, chunk_tokens).ok())
+  const vxqa::Status planned = chunk_tokens ? vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan, chunk_tokens)
+                                            : vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan);
+  if (!planned.ok())
     std::exit(1);
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));

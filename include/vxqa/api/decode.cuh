@@ -72,22 +72,65 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
 // kernel's ptxVersion, which is what __CUDA_ARCH__ was), else the SM70 one. Asked once per
 // device, when the shared-memory opt-in is set too; later calls read the cache.
 template <class Config>
-Status decode_smem_bytes(int* smem_bytes) {
+Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked yet on that device
+  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked yet, else 2 * smem + SM80 body
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return Status::cuda("cudaGetDevice", cudaGetErrorString(err));
-  if (device < kMaxDevices && (*smem_bytes = cached[device].load(std::memory_order_relaxed)) != 0)
-    return Status();
-  cudaFuncAttributes attributes{};
-  err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
-  if (err != cudaSuccess) return Status::cuda("cudaFuncGetAttributes", cudaGetErrorString(err));
-  const bool sm80_body = Config::kHasSm80Path && attributes.ptxVersion >= 80;
-  *smem_bytes = sm80_body ? Config::kSm80SmemBytes : Config::kSmemBytes;
-  err = cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, *smem_bytes);
-  if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
-  if (device < kMaxDevices) cached[device].store(*smem_bytes, std::memory_order_relaxed);
+  int known = device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (known == 0) {
+    cudaFuncAttributes attributes{};
+    err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
+    if (err != cudaSuccess) return Status::cuda("cudaFuncGetAttributes", cudaGetErrorString(err));
+    const bool sm80 = Config::kHasSm80Path && attributes.ptxVersion >= 80;
+    const int bytes = sm80 ? Config::kSm80SmemBytes : Config::kSmemBytes;
+    err = cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
+    known = 2 * bytes + (sm80 ? 1 : 0);
+    if (device < kMaxDevices) cached[device].store(known, std::memory_order_relaxed);
+  }
+  *smem_bytes = known / 2;
+  if (sm80_body) *sm80_body = known & 1;
+  return Status();
+}
+
+// CTAs per SM the SM80 path's plan aims for at full capacity (docs/performance.md: fewer,
+// longer CTAs keep each warp's pipeline full; the measurement that chose it is there).
+inline constexpr int kSm80PlanCtasPerSm = 2;
+
+// A plan for the current device: its SM count, and the CTAs per SM that suit the body the
+// device runs (decode_smem_bytes). Same contract as the make_decode_plan above.
+template <class Config>
+Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan) {
+  int device = 0, sms = 0, smem = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return Status::cuda("cudaDeviceGetAttribute", cudaGetErrorString(err));
+  bool sm80_body = false;
+  const Status body = decode_smem_bytes<Config>(&smem, &sm80_body);
+  if (!body.ok()) return body;
+  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0,
+                                  sm80_body ? kSm80PlanCtasPerSm : 4);
+}
+
+// Whether the current device takes programmatic dependent launches (sm_90 and newer),
+// asked once per device.
+inline Status device_has_pdl(bool* has) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked, 1: no, 2: yes
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return Status::cuda("cudaGetDevice", cudaGetErrorString(err));
+  int known = device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (known == 0) {
+    int major = 0;
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return Status::cuda("cudaDeviceGetAttribute", cudaGetErrorString(err));
+    known = major >= 9 ? 2 : 1;
+    if (device < kMaxDevices) cached[device].store(known, std::memory_order_relaxed);
+  }
+  *has = known == 2;
   return Status();
 }
 
@@ -113,8 +156,22 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
   if (plan.num_chunks > 1) {
     const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch);
-    err = cudaLaunchKernel(reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim>),
-                           combine_grid, dim3(kCombineThreads), kernel_args, 0, stream);
+    // On sm_90 the combine is the decode kernel's programmatic dependent: its launch
+    // overlaps the decode's last CTAs (it waits for their partials on the device).
+    bool pdl = false;
+    const Status pdl_status = device_has_pdl(&pdl);
+    if (!pdl_status.ok()) return pdl_status;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = combine_grid;
+    launch.blockDim = dim3(kCombineThreads);
+    launch.stream = stream;
+    launch.attrs = pdl ? &attribute : nullptr;
+    launch.numAttrs = pdl ? 1 : 0;
+    err = cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim>),
+                              kernel_args);
     if (err != cudaSuccess) return Status::cuda("combine_kernel launch", cudaGetErrorString(err));
   }
   return Status();

@@ -12,6 +12,7 @@
 #pragma once
 #include <cub/block/block_reduce.cuh>
 #include <cuda_fp16.h>
+#include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/softmax/online_softmax.cuh>
@@ -34,6 +35,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   __shared__ float shared_max, shared_sum;
   __shared__ float weight[kCombineThreads];
 
+  // Launched as the decode kernel's programmatic dependent on sm_90: wait for its partials.
+  arch::grid_dependency_wait();
   const int q_head = blockIdx.x, seq_index = blockIdx.y;
   if (seq_index >= a.batch) return;
   const int q_heads = a.num_kv_heads * a.group_size;

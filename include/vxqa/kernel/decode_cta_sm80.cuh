@@ -10,6 +10,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/cp_async.cuh>
+#include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/decode_cta_common.cuh>
@@ -111,6 +112,7 @@ struct DecodeCtaSm80 {
         Pv::run(stage(j) + kVTileOffset, p, o);
       }
     }
+    arch::launch_dependents();  // the combine may start launching: it waits for our partials
     arch::cp_async_wait<0>();  // nothing in flight into the stages the merge reuses
 
     const bool cta_bad_page = __syncthreads_or(bad_page);

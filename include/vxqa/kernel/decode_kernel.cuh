@@ -10,6 +10,7 @@
 // What a CTA writes for a head (zeros, NaN, partials): kernel/decode_cta_common.cuh.
 #pragma once
 #include <cuda_fp16.h>
+#include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/config.cuh>
 #include <vxqa/kernel/decode_args.cuh>
@@ -118,6 +119,7 @@ struct DecodeCta {
       }
     }
 
+    arch::launch_dependents();  // the combine may start launching: it waits for our partials
     // Every warp is done with its tile: reuse it for the merge.
     const bool cta_bad_page = __syncthreads_or(bad_page);
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
