@@ -6,6 +6,8 @@
 #   memcheck.log racecheck.log synccheck.log   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
+#   experiment.json experiment.log       the benchmark over chunk sizes and warps (step
+#                                        "experiment"), ncu.log one profiled kernel ("ncu")
 #   peer.json peer.log                   FlashInfer on the same shapes (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 # Steps are chosen by VXQA_STEPS (default "build suite sweep sanitize bench"); the summary
@@ -65,6 +67,22 @@ if has bench; then
   ./build-gpu/bench/vxqa_decode_bench --json "$out/bench.json" --commit "$commit" >"$out/bench.log" 2>&1
   note "bench: rc $?, $((SECONDS - start)) s"
   cat "$out/bench.log"
+fi
+
+if has experiment; then
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --experiment --json "$out/experiment.json" --commit "$commit" >"$out/experiment.log" 2>&1
+  note "experiment: rc $?, $((SECONDS - start)) s"
+  cat "$out/experiment.log"
+fi
+
+if has ncu; then
+  start=$SECONDS
+  timeout 150 ncu --clock-control none --kernel-name regex:decode_kernel --launch-skip 20 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats ./build-gpu/bench/vxqa_decode_bench --profile >"$out/ncu.log" 2>&1
+  note "ncu: rc $?, $((SECONDS - start)) s"
+  grep -E "DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Eligible Warps|Block Limit|Waves|Stall" "$out/ncu.log" | head -30
 fi
 
 if has peer; then

@@ -231,3 +231,14 @@ TEST_CASE("plan_workspace_bytes: error word, padded partial LSE, partial O", "[c
           REQUIRE(total > vxqa::plan_workspace_bytes(batch, heads, chunks - 1, d));
         }
 }
+
+TEST_CASE("choose_chunk_tokens: min_multiple keeps chunks at least that many CTA rounds", "[config]") {
+  // B1 x 64K, one KV head, 264 CTAs wanted: 128-token chunks alone, 256 with a minimum of 2.
+  CHECK(vxqa::choose_chunk_tokens(1, 65536, 1, 128, 264) == 128);
+  CHECK(vxqa::choose_chunk_tokens(1, 65536, 1, 128, 264, 2) == 256);
+  // The minimum never lowers a chunk the target already allows.
+  CHECK(vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264, 2) == vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264));
+  CHECK(vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264) == 1024);
+  // A context shorter than the minimum: one chunk of the minimum.
+  CHECK(vxqa::choose_chunk_tokens(4, 100, 1, 128, 264, 4) == 512);
+}

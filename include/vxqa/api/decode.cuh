@@ -98,6 +98,7 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
 // CTAs per SM the SM80 path's plan aims for at full capacity (docs/performance.md: fewer,
 // longer CTAs keep each warp's pipeline full; the measurement that chose it is there).
 inline constexpr int kSm80PlanCtasPerSm = 2;
+inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 2 x 2 tiles
 
 // A plan for the current device: its SM count, and the CTAs per SM that suit the body the
 // device runs (decode_smem_bytes). Same contract as the make_decode_plan above.
@@ -111,7 +112,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   const Status body = decode_smem_bytes<Config>(&smem, &sm80_body);
   if (!body.ok()) return body;
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0,
-                                  sm80_body ? kSm80PlanCtasPerSm : 4);
+                                  sm80_body ? kSm80PlanCtasPerSm : 4, sm80_body ? kSm80PlanMinChunkRounds : 1);
 }
 
 // Whether the current device takes programmatic dependent launches (sm_90 and newer),

@@ -10,11 +10,12 @@
 namespace vxqa {
 
 // chunk_tokens = 0 picks one: the largest that still gives about `ctas_per_sm` CTAs per SM
-// at full capacity (4 suits the SM70 path; make_decode_plan without sm_count, in
+// at full capacity, and at least `min_chunk_rounds` CTA rounds long (4 suits the SM70 path; make_decode_plan without sm_count, in
 // api/decode.cuh, asks the device and picks for the path it runs).
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
-                        int sm_count, DecodePlan* plan, int chunk_tokens = 0, int ctas_per_sm = 4) {
+                        int sm_count, DecodePlan* plan, int chunk_tokens = 0, int ctas_per_sm = 4,
+                        int min_chunk_rounds = 1) {
   if (!plan) return Status::invalid("plan", "is null");
   if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
   if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
@@ -22,6 +23,8 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (group_size < 1) return Status::invalid("group_size", "must be >= 1");
   if (sm_count < 1) return Status::invalid("sm_count", "must be >= 1");
   if (ctas_per_sm < 1) return Status::invalid("ctas_per_sm", "must be >= 1");
+  if (min_chunk_rounds < 1 || min_chunk_rounds > 64)
+    return Status::invalid("min_chunk_rounds", "must be in 1..64");
   if (chunk_tokens < 0 || chunk_tokens % Config::kCtaTokens != 0)
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
                                                std::to_string(Config::kCtaTokens));
@@ -32,7 +35,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
     return Status::invalid("num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
   const int chunk = chunk_tokens ? chunk_tokens
                                  : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
-                                                       Config::kCtaTokens, ctas_per_sm * sm_count);
+                                                       Config::kCtaTokens, ctas_per_sm * sm_count, min_chunk_rounds);
   if (!chunk_end_fits(max_context, chunk))
     return Status::invalid("max_context", std::to_string(max_context) + " plus the chunk (" +
                                               std::to_string(chunk) + " tokens) must fit in an int");

@@ -32,10 +32,11 @@ VXQA_HD bool chunk_end_fits(int max_context, int chunk_tokens) {
 
 // The chunk: the largest multiple of cta_tokens, at most 64 of them, that still gives at
 // least `target_ctas` CTAs at full capacity (or the smallest multiple when none does).
+// `min_multiple` (>= 1) keeps chunks at least that many CTA rounds long.
 VXQA_HD int choose_chunk_tokens(int max_batch, int max_context, int head_tiles, int cta_tokens,
-                                int target_ctas) {
-  int best = cta_tokens;
-  for (int multiple = 1; multiple <= 64; ++multiple) {
+                                int target_ctas, int min_multiple = 1) {
+  int best = min_multiple * cta_tokens;
+  for (int multiple = min_multiple; multiple <= 64; ++multiple) {
     const int chunk = multiple * cta_tokens;
     const long long chunks = (static_cast<long long>(max_context) + chunk - 1) / chunk;
     if (chunks * max_batch * head_tiles >= target_ctas) best = chunk;
