@@ -238,7 +238,7 @@ TEST_CASE("choose_chunk_tokens: min_multiple keeps chunks at least that many CTA
   CHECK(vxqa::choose_chunk_tokens(1, 65536, 1, 128, 264, 2) == 256);
   // The minimum never lowers a chunk the target already allows.
   CHECK(vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264, 2) == vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264));
-  CHECK(vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264) == 1024);
+  CHECK(vxqa::choose_chunk_tokens(16, 18690, 1, 128, 264) == 1152);  // 17 chunks x 16 = 272
   // A context shorter than the minimum: one chunk of the minimum.
   CHECK(vxqa::choose_chunk_tokens(4, 100, 1, 128, 264, 4) == 512);
 }
