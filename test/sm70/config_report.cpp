@@ -144,7 +144,8 @@ Row row(const char* label, int min_ctas_per_sm) {
       "vxqa::decode_kernel<vxqa::DecodeConfig<" + std::to_string(C::kHeadDim) + ", (vxqa::KvType)" +
       std::to_string(int(C::kKv)) + ", " + std::to_string(C::kWarps) + ", " + std::to_string(C::kStages) +
       ", " + std::to_string(C::kPageSize) + ", (vxqa::pipeline::ConvertAt)" +
-      std::to_string(int(C::kConvertAt)) + "> >(";
+      std::to_string(int(C::kConvertAt)) + ", (vxqa::PageIdCheck)" + std::to_string(C::kChecksPageIds ? 0 : 1) +
+      ", (vxqa::MmaAtom)" + std::to_string(int(C::kAtom)) + "> >(";
   return Row{label, kernel, C::kThreads, C::kSmemBytes, min_ctas_per_sm};
 }
 
