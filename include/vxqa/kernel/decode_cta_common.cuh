@@ -60,6 +60,16 @@ struct WarpTiles {
   }
 };
 
+// The page size the paged view gets: the Config's constant, or the divisor the host prepared.
+template <int kPageSize>
+VXQA_DEVICE PageSize<kPageSize> cta_page_size(const DecodeKernelArgs& a) {
+  if constexpr (kPageSize == 0) {
+    return a.page_divmod;
+  } else {
+    return PageSize<kPageSize>();
+  }
+}
+
 // Writes element `dim` of query head `q_head` (and its LSE, at dim 0) from the CTA's merged
 // (m, l, o): base-2 m, l = the sum of P, o = the unnormalised output.
 template <int kHeadDim>

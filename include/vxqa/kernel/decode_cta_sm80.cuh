@@ -58,7 +58,7 @@ struct DecodeCtaSm80 {
     const typename Qk::QFragments qf = Qk::load_q(q_row);
 
     const Tiles tiles(work.begin, work.end, warp);
-    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, page_size(a));
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(work.seq_index, work.kv_head);
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
     const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
@@ -133,14 +133,6 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
-  }
-
-  VXQA_DEVICE static PageSize<Config::kPageSize> page_size(const DecodeKernelArgs& a) {
-    if constexpr (Config::kPageSize == 0) {
-      return a.page_divmod;
-    } else {
-      return PageSize<Config::kPageSize>();
-    }
   }
 
   // Element (m-tile, element, lane) of every warp's O fragments, merged by their (m, l), in

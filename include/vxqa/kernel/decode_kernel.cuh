@@ -64,7 +64,7 @@ struct DecodeCta {
 
     const Tiles tiles(work.begin, work.end, warp);
 
-    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, page_size(a));
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(seq_index, kv_head);
 
     softmax::RowState row = softmax::empty_row();
@@ -138,14 +138,6 @@ struct DecodeCta {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
-  }
-
-  VXQA_DEVICE static PageSize<Config::kPageSize> page_size(const DecodeKernelArgs& a) {
-    if constexpr (Config::kPageSize == 0) {
-      return a.page_divmod;
-    } else {
-      return PageSize<Config::kPageSize>();
-    }
   }
 
   // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
