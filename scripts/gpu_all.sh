@@ -56,7 +56,8 @@ if has sanitize; then
     [ $tool = memcheck ] && filter="[sanitize_reduced],[sanitize_pages]"
     : >"$out/$tool.log"
     for v in "" _sm70; do
-      compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/test/vxqa_gpu_tests$v "$filter" >>"$out/$tool.log" 2>&1
+      timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 9 \
+        ./build-gpu/test/vxqa_gpu_tests$v "$filter" >>"$out/$tool.log" 2>&1
       note "$tool$v: rc $?, $((SECONDS - start)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)"
     done
   done
