@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
 # Everything a GPU machine checks, in one call (the H200 lease is short): builds the GPU
 # targets for the local GPU, then runs, each writing its raw, untrimmed log to $OUT:
-#   gpu-suite.log / gpu-suite-sm70.log   the GPU tests, default atom / SM70 path forced
+#   gpu-suite.log / gpu-suite_sm70.log   the GPU tests, default atom / SM70 path forced
 #   sweep.log                            vxqa_sweep over seeds [0, SWEEP_SEEDS)
-#   memcheck.log racecheck.log synccheck.log   compute-sanitizer on the reduced matrix
+#   memcheck.log racecheck.log synccheck.log (and *_sm70.log)   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
 #   experiment.json experiment.log       the benchmark over chunk sizes and warps (step
 #                                        "experiment"), ncu.log one profiled kernel ("ncu")
 #   peer.json peer.log                   FlashInfer on the same shapes (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
-# Steps are chosen by VXQA_STEPS (default "build suite sweep sanitize bench"); the summary
+# Steps run in the order VXQA_STEPS names them (default "build suite sweep bench sanitize");
+# VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
 # of every step is printed last. CATCH2_PREFIX: a Catch2 v2 install if the machine has none.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
-steps="${VXQA_STEPS:-build suite sweep sanitize bench}"
+steps="${VXQA_STEPS:-build suite sweep bench sanitize}"
+deadline=$((SECONDS + ${VXQA_DEADLINE:-100000}))  # sanitizer runs stop starting past it
 seeds="${SWEEP_SEEDS:-10000}"
 commit="${VXQA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 summary=()
-has() { [[ " $steps " == *" $1 "* ]]; }
 note() { summary+=("$1"); }
 
-if has build; then
+step_build() {
   start=$SECONDS
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
@@ -33,66 +34,74 @@ if has build; then
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
-fi
+}
 
-if has suite; then
+step_suite() {  # both variants at once: they share the GPU, each checks its own results
+  start=$SECONDS
   for v in "" _sm70; do
-    start=$SECONDS
-    ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1
-    note "suite$v: rc $?, $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
+    ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1 &
   done
-fi
+  wait
+  for v in "" _sm70; do
+    note "suite$v: $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
+  done
+}
 
-if has sweep; then
+step_sweep() {
   start=$SECONDS
   ./build-gpu/test/sweep/vxqa_sweep --seed-begin 0 --seed-end "$seeds" >"$out/sweep.log" 2>&1
   note "sweep: rc $?, $((SECONDS - start)) s: $(tail -1 "$out/sweep.log")"
-fi
+}
 
-if has sanitize; then
-  for tool in memcheck racecheck synccheck; do
-    start=$SECONDS
-    filter="[sanitize_reduced]"
-    [ $tool = memcheck ] && filter="[sanitize_reduced],[sanitize_pages]"
-    : >"$out/$tool.log"
-    for v in "" _sm70; do
-      timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 9 \
-        ./build-gpu/test/vxqa_gpu_tests$v "$filter" >>"$out/$tool.log" 2>&1
-      note "$tool$v: rc $?, $((SECONDS - start)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)"
+step_sanitize() {
+  for v in "" _sm70; do
+    for tool in memcheck racecheck synccheck; do
+      start=$SECONDS
+      filter="[sanitize_reduced]"
+      [ $tool = memcheck ] && filter="[sanitize_reduced],[sanitize_pages]"
+      left=$((deadline - SECONDS))
+      [ $left -lt 20 ] && { note "$tool$v: not run (deadline)"; continue; }
+      [ $left -gt "${SANITIZE_TIMEOUT:-150}" ] && left=${SANITIZE_TIMEOUT:-150}
+      timeout "$left" compute-sanitizer --tool $tool --error-exitcode 9 \
+        ./build-gpu/test/vxqa_gpu_tests$v "$filter" >"$out/$tool$v.log" 2>&1
+      note "$tool$v: rc $?, $((SECONDS - start)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool$v.log" | tail -1)"
     done
   done
-fi
+}
 
-if has bench; then
+step_bench() {
   start=$SECONDS
   ./build-gpu/bench/vxqa_decode_bench --json "$out/bench.json" --commit "$commit" >"$out/bench.log" 2>&1
   note "bench: rc $?, $((SECONDS - start)) s"
   cat "$out/bench.log"
-fi
+}
 
-if has experiment; then
+step_experiment() {
   start=$SECONDS
   ./build-gpu/bench/vxqa_decode_bench --experiment --json "$out/experiment.json" --commit "$commit" >"$out/experiment.log" 2>&1
   note "experiment: rc $?, $((SECONDS - start)) s"
   cat "$out/experiment.log"
-fi
+}
 
-if has ncu; then
+step_ncu() {
   start=$SECONDS
   timeout 150 ncu --clock-control none --kernel-name regex:decode_kernel --launch-skip 20 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section SchedulerStats ./build-gpu/bench/vxqa_decode_bench --profile >"$out/ncu.log" 2>&1
   note "ncu: rc $?, $((SECONDS - start)) s"
   grep -E "DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Eligible Warps|Block Limit|Waves|Stall" "$out/ncu.log" | head -30
-fi
+}
 
-if has peer; then
+step_peer() {
   start=$SECONDS
+  [ $((deadline + 60 - SECONDS)) -lt 40 ] && { note "peer: not run (deadline)"; return; }
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/*.whl >"$out/peer.log" 2>&1 &&
     PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/bench.json" "$out/peer.json" >>"$out/peer.log" 2>&1
   note "peer: rc $?, $((SECONDS - start)) s"
   cat "$out/peer.log"
-fi
+}
+
+for step in $steps; do "step_$step"; done
 
 echo "== gpu_all at $commit on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 printf '%s\n' "${summary[@]}"
