@@ -25,7 +25,7 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = [
     # (file name suffix, ctest regex, what the header says ran)
-    ("sm70-sass-audit.txt", r"^sass\.", "scripts/sass_audit.py on every sm_70 cubin (ctest sass.*)"),
+    ("sm70-sass-audit.txt", r"^sass\.", "scripts/sass_audit.py on every sm_70, sm_80 and sm_90 cubin (ctest sass.*)"),
     ("sm70-config-report.txt", r"^sm70\.config_report$",
      "test/sm70/config_report.cpp (ctest sm70.config_report)"),
 ]
