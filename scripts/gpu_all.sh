@@ -12,7 +12,8 @@
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 # Steps run in the order VXQA_STEPS names them (default "build suite sweep bench sanitize");
 # VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
-# of every step is printed last. CATCH2_PREFIX: a Catch2 v2 install if the machine has none.
+# of every step is printed last; the logs end up in $OUT/logs.tar.gz. CATCH2_PREFIX: a Catch2
+# v2 install if the machine has none.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -102,6 +103,9 @@ step_peer() {
 }
 
 for step in $steps; do "step_$step"; done
+
+# The device tool returns at most 8 files: every log goes back in one archive.
+(cd "$out" && tar czf logs.tar.gz ./*.log && rm -f ./*.log)
 
 echo "== gpu_all at $commit on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 printf '%s\n' "${summary[@]}"
