@@ -3,6 +3,7 @@
 // the lanes' token rows cover the tile, the K and V reads and the cp.async writes are
 // bank-conflict-free (or as stated), and the layouts keep every chunk apart.
 #include <catch2/catch.hpp>
+#include "cpu/bank_conflicts.h"
 #include <map>
 #include <set>
 #include <vector>
@@ -16,19 +17,7 @@ namespace {
 using namespace vxqa;
 namespace frag = mma::m16n8k16;
 
-// Worst bank conflict of one warp-wide access of `width` bytes a lane (32 banks of 4 bytes;
-// 16-byte accesses in 4 phases of 8 lanes, 8-byte in 2 of 16; same word = broadcast).
-int conflict_ways(const std::vector<int>& address, int width) {
-  const int lanes_per_phase = 32 / (width / 4);
-  int worst = 1;
-  for (int phase = 0; phase < 32 / lanes_per_phase; ++phase) {
-    std::map<int, std::set<int>> words_of_bank;
-    for (int l = phase * lanes_per_phase; l < (phase + 1) * lanes_per_phase; ++l)
-      for (int w = 0; w < width / 4; ++w) words_of_bank[(address[l] / 4 + w) % 32].insert(address[l] / 4 + w);
-    for (auto& [bank, words] : words_of_bank) worst = std::max<int>(worst, int(words.size()));
-  }
-  return worst;
-}
+using vxqa_test::conflict_ways;
 
 template <int D, int E>
 void check() {
