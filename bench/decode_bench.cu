@@ -2,9 +2,10 @@
 // median of many runs with CUDA events) against the device-to-device copy bandwidth
 // measured in the same run, prints a table and writes JSON.
 //
-//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment]
-// --experiment times the default atom over chunk sizes and warps per CTA instead;
-// --profile runs only the seed shape (chunk 2048), for ncu.
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --profile]
+// --experiment times the default atom over chunk sizes, warps and stages instead;
+// --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
+// --profile runs only the seed shape with its default plan, for ncu.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
 // plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <list>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,10 +38,18 @@ using E5m2Sm70Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vx
                                            vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kSm70>;
 
 template <class Config>
-const char* config_name() {
+std::string config_name() {
   if (Config::kAtom == vxqa::MmaAtom::kSm70)
     return Config::kConvertAt == vxqa::ConvertAt::kPublish ? "SM70 atom, convert at publish" : "SM70 atom";
-  return Config::kChecksPageIds ? "default atom" : "default atom, ids unchecked";
+  std::string name = Config::kChecksPageIds ? "default atom" : "default atom, ids unchecked";
+  if (Config::kWarps != 4) name += ", " + std::to_string(Config::kWarps) + " warps";
+  return name;
+}
+
+// The experiment's rows also name the SM80 path's stages.
+template <class Config>
+std::string experiment_name() {
+  return std::to_string(Config::kWarps) + " warps, " + std::to_string(Config::kSm80Stages) + " stages";
 }
 
 struct Shape {
@@ -50,7 +60,7 @@ struct Shape {
 
 struct Result {
   Shape shape;
-  const char* config;
+  std::string config;
   int head_dim;
   long long tokens;
   double mbytes, eager_us, graph_us, gbs, pct_copy;
@@ -69,7 +79,7 @@ std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
 
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
-                 int chunk_tokens = 0) {
+                 int chunk_tokens = 0, std::string name = "") {
   vxqa::reference::RandomProblemOptions po;
   po.batch = shape.batch;
   po.kv_heads = shape.kv_heads;
@@ -140,7 +150,7 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaFree(workspace));
 
   const double best = std::min(eager, replay);
-  Result r{shape, config_name<Config>(), Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
+  Result r{shape, name.empty() ? config_name<Config>() : name, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
            plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens};
   r.pct_copy = 100.0 * r.gbs / copy_gbs;
   return r;
@@ -155,17 +165,18 @@ std::string join(const std::vector<int32_t>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, commit = "unknown", label = "vxqa decode";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--json") json_path = argv[i + 1];
-    else if (k == "--commit") commit = argv[i + 1];
-    else if (k == "--label") label = argv[i + 1];
-  }
-  bool experiment = false, profile = false;
+  std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
   for (int i = 1; i < argc; ++i) {
-    experiment |= std::string(argv[i]) == "--experiment";
-    profile |= std::string(argv[i]) == "--profile";
+    const std::string k = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (k == "--json" && has_value) json_path = argv[++i];
+    else if (k == "--commit" && has_value) commit = argv[++i];
+    else if (k == "--label" && has_value) label = argv[++i];
+    else if (k == "--experiment" || k == "--profile" || k == "--contexts") mode = k.substr(2);
+    else {
+      std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
+      return 2;
+    }
   }
   if (!vxqa_demo::has_gpu()) {
     std::printf("no CUDA device: benchmark skipped\n");
@@ -187,20 +198,32 @@ int main(int argc, char** argv) {
   };
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
-  if (experiment) {  // chunk sizes and warps per CTA of the default atom
-    using W2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2>;
-    using W8 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 8>;
-    for (int c : {512, 1024, 1536, 2048, 4096}) results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, c));
-    for (int c : {512, 1024, 2048}) results.push_back(run_shape<W2>(shapes[0], stream, sms, l2, copy, c));
-    for (int c : {1024, 2048}) results.push_back(run_shape<W8>(shapes[0], stream, sms, l2, copy, c));
-    for (int c : {256, 512, 1024}) results.push_back(run_shape<E5m2>(shapes[2], stream, sms, l2, copy, c));
-    for (int c : {256, 512}) results.push_back(run_shape<W2>(shapes[2], stream, sms, l2, copy, c));
-    for (int c : {128, 256, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c));
-    for (int c : {128, 256}) results.push_back(run_shape<W2>(shapes[3], stream, sms, l2, copy, c));
-  }
-  if (profile) {  // one shape, for ncu
-    results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, 2048));
-  } else if (!experiment) {
+  if (mode == "experiment") {  // chunk sizes, warps per CTA and stages of the default atom
+    using W4S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
+                                    vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
+    using W2S4 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2>;
+    using W2S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kConsume,
+                                    vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
+    using W8S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 8>;
+    for (int c : {0, 768, 1152, 1536}) results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, c, experiment_name<E5m2>()));
+    for (int c : {0, 768, 1152}) results.push_back(run_shape<W4S2>(shapes[0], stream, sms, l2, copy, c, experiment_name<W4S2>()));
+    for (int c : {0, 384, 640}) results.push_back(run_shape<W2S4>(shapes[0], stream, sms, l2, copy, c, experiment_name<W2S4>()));
+    for (int c : {0, 256, 384}) results.push_back(run_shape<W2S2>(shapes[0], stream, sms, l2, copy, c, experiment_name<W2S2>()));
+    for (int c : {0, 2304}) results.push_back(run_shape<W8S2>(shapes[0], stream, sms, l2, copy, c, experiment_name<W8S2>()));
+    for (int c : {0, 256, 512, 1024}) results.push_back(run_shape<E5m2>(shapes[2], stream, sms, l2, copy, c, experiment_name<E5m2>()));
+    for (int c : {0, 256}) results.push_back(run_shape<W2S2>(shapes[2], stream, sms, l2, copy, c, experiment_name<W2S2>()));
+    for (int c : {0, 128, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c, experiment_name<E5m2>()));
+    for (int c : {0, 128}) results.push_back(run_shape<W2S2>(shapes[3], stream, sms, l2, copy, c, experiment_name<W2S2>()));
+  } else if (mode == "contexts") {  // % of copy against context length, batch 1 and 16
+    static std::list<std::string> names;  // Shape keeps a pointer to its name
+    for (int batch : {1, 16})
+      for (int context = 1024; context <= 131072; context *= 2) {
+        names.push_back("B" + std::to_string(batch) + " x " + std::to_string(context / 1024) + "K, page 800");
+        results.push_back(run_shape<E5m2>({names.back().c_str(), batch, context, 800, 6, 1, false}, stream, sms, l2, copy));
+      }
+  } else if (mode == "profile") {  // one shape, for ncu
+    results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy));
+  } else {
     for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
     results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
                                           sms, l2, copy));
@@ -217,7 +240,7 @@ int main(int argc, char** argv) {
   std::printf("| shape | Config | D | tokens | MB | eager us | graph us | GB/s | %% of copy | chunk x n |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results)
-    std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.config, r.head_dim,
+    std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.config.c_str(), r.head_dim,
                 r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs, r.pct_copy, r.chunk, r.chunks);
 
   if (!json_path.empty()) {
@@ -233,7 +256,7 @@ int main(int argc, char** argv) {
                    "\"kv_heads\": %d, \"head_dim\": %d, \"ragged\": %s, \"tokens\": %lld, \"mbytes\": %.3f, "
                    "\"eager_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"pct_copy\": %.2f, "
                    "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d, \"lens\": [%s]}%s\n",
-                   r.shape.name, r.config, r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
+                   r.shape.name, r.config.c_str(), r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
                    r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
                    r.pct_copy, r.chunk, r.chunks, r.copies, join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
     }

@@ -6,7 +6,7 @@ NHD, one K and one V pool) and writes its own JSON in the same format.
 A measuring instrument only, never a dependency: it needs torch and the FlashInfer wheel
 (../shared/peers/README.md says how to carry it to the GPU machine).
 
-Usage: flashinfer_peer.py VXQA_BENCH.json OUT.json
+Usage: flashinfer_peer.py VXQA_BENCH.json OUT.json [--tensor-cores-only]
 Timing: CUDA-graph replay of plan-once / run (eager if the capture fails), median of 200
 after warm-up, CUDA events; caches rotated over enough copies to cover 4x the L2; copy
 bandwidth measured in the same run as read + write bytes of a 1 GiB device copy."""
@@ -90,7 +90,7 @@ def run_shape(flashinfer, r, l2_bytes, tensor_cores):
                 gbs=mbytes * 1e6 / (best * 1e3), cache_copies=copies)
 
 
-def main(src, dst):
+def main(src, dst, tensor_cores_only=False):
     import flashinfer
 
     with open(src) as f:
@@ -102,7 +102,7 @@ def main(src, dst):
         if r["config"] != "default atom" or r["shape"] in seen:
             continue
         seen.add(r["shape"])
-        for tc in (True,) if r["tokens"] > 200000 * 4 else (True, False):
+        for tc in (True,) if tensor_cores_only or r["tokens"] > 200000 * 4 else (True, False):
             row = run_shape(flashinfer, r, prop.L2_cache_size, tc)
             row["pct_copy"] = 100 * row["gbs"] / copy
             rows.append(row)
@@ -115,4 +115,4 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], "--tensor-cores-only" in sys.argv[3:])

@@ -6,11 +6,14 @@
 #   memcheck.log racecheck.log synccheck.log (and *_sm70.log)   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
-#   experiment.json experiment.log       the benchmark over chunk sizes and warps (step
-#                                        "experiment"), ncu.log one profiled kernel ("ncu")
-#   peer.json peer.log                   FlashInfer on the same shapes (step "peer": needs
+#   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
+#                                        "experiment"); ncu.log, ncu-source.log the seed shape's
+#                                        kernels profiled ("ncu"); contexts.json ("contexts")
+#   peer*.json peer.log                  FlashInfer on the same shapes (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 # Steps run in the order VXQA_STEPS names them (default "build suite sweep bench sanitize");
+# VXQA_SUITES: which GPU suites step "suite" runs ("default sm70").
+# VXQA_TARGETS: what step "build" builds (default: everything the steps use).
 # VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
 # of every step is printed last; the logs end up in $OUT/logs.tar.gz. CATCH2_PREFIX: a Catch2
 # v2 install if the machine has none.
@@ -30,8 +33,8 @@ step_build() {
   start=$SECONDS
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
-    cmake --build build-gpu -j "$(nproc)" --target vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_demo >"$out/build.log" 2>&1
+    cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
+      vxqa_decode_bench vxqa_demo} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -39,11 +42,15 @@ step_build() {
 
 step_suite() {  # both variants at once: they share the GPU, each checks its own results
   start=$SECONDS
-  for v in "" _sm70; do
+  variants=""
+  for s in ${VXQA_SUITES:-default sm70}; do variants+=" $([ "$s" = sm70 ] && echo _sm70 || echo _)"; done
+  for v in $variants; do
+    v=${v#_}; v=${v:+_$v}
     ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1 &
   done
   wait
-  for v in "" _sm70; do
+  for v in $variants; do
+    v=${v#_}; v=${v:+_$v}
     note "suite$v: $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
   done
 }
@@ -84,21 +91,38 @@ step_experiment() {
   cat "$out/experiment.log"
 }
 
-step_ncu() {
+step_ncu() {  # the seed shape's decode and combine, every section, and the decode's stalls per SASS line
   start=$SECONDS
-  timeout 150 ncu --clock-control none --kernel-name regex:decode_kernel --launch-skip 20 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats ./build-gpu/bench/vxqa_decode_bench --profile >"$out/ncu.log" 2>&1
+  timeout 200 ncu --clock-control none --set full --import-source no -f -o "$out/profile" \
+    --kernel-name regex:"decode_kernel|combine_kernel" --launch-skip 40 --launch-count 2 \
+    ./build-gpu/bench/vxqa_decode_bench --profile >"$out/ncu-run.log" 2>&1
   note "ncu: rc $?, $((SECONDS - start)) s"
-  grep -E "DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Eligible Warps|Block Limit|Waves|Stall" "$out/ncu.log" | head -30
+  ncu -i "$out/profile.ncu-rep" --page details >"$out/ncu.log" 2>&1
+  ncu -i "$out/profile.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source.log" 2>&1
+  rm -f "$out/profile.ncu-rep"
+  grep -E "^  [a-z_]+<|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Eligible Warps|Block Limit|Waves|Stall|Registers Per|Shared Memory Config" "$out/ncu.log" | head -60
+}
+
+step_contexts() {  # % of copy against context length (and FlashInfer on the same lengths, if carried)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --contexts --json "$out/contexts.json" --commit "$commit" >"$out/contexts.log" 2>&1
+  note "contexts: rc $?, $((SECONDS - start)) s"
+  cat "$out/contexts.log"
 }
 
 step_peer() {
   start=$SECONDS
   [ $((deadline + 60 - SECONDS)) -lt 40 ] && { note "peer: not run (deadline)"; return; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/*.whl >"$out/peer.log" 2>&1 &&
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/*.whl >"$out/peer.log" 2>&1
+  if [ -f "$out/bench.json" ]; then
     PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/bench.json" "$out/peer.json" >>"$out/peer.log" 2>&1
-  note "peer: rc $?, $((SECONDS - start)) s"
+    note "peer: rc $?, $((SECONDS - start)) s"
+  fi
+  if [ -f "$out/contexts.json" ]; then
+    PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/contexts.json" "$out/peer-contexts.json" \
+      --tensor-cores-only >>"$out/peer.log" 2>&1
+    note "peer on contexts: rc $?, $((SECONDS - start)) s"
+  fi
   cat "$out/peer.log"
 }
 

@@ -95,13 +95,12 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
   return Status();
 }
 
-// CTAs per SM the SM80 path's plan aims for at full capacity (docs/performance.md: fewer,
-// longer CTAs keep each warp's pipeline full; the measurement that chose it is there).
-inline constexpr int kSm80PlanCtasPerSm = 2;
-inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 2 x 2 tiles
+// A plan for the current device: its SM count, and as many CTAs per SM as the body the
+// device runs (decode_smem_bytes) keeps resident — the SM80 body's chunks then fill one
+// wave at full capacity, each at least kSm80PlanMinChunkRounds CTA rounds long. Same
+// contract as the make_decode_plan above.
+inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 2 tiles
 
-// A plan for the current device: its SM count, and the CTAs per SM that suit the body the
-// device runs (decode_smem_bytes). Same contract as the make_decode_plan above.
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan) {
   int device = 0, sms = 0, smem = 0;
@@ -111,8 +110,15 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   bool sm80_body = false;
   const Status body = decode_smem_bytes<Config>(&smem, &sm80_body);
   if (!body.ok()) return body;
-  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0,
-                                  sm80_body ? kSm80PlanCtasPerSm : 4, sm80_body ? kSm80PlanMinChunkRounds : 1);
+  int resident = 4;  // the SM70 body: its plan asks for 4 CTAs per SM (docs/performance.md)
+  if (sm80_body) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
+    if (err != cudaSuccess)
+      return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
+    if (resident < 1) resident = 1;
+  }
+  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident,
+                                  sm80_body ? kSm80PlanMinChunkRounds : 1);
 }
 
 // Whether the current device takes programmatic dependent launches (sm_90 and newer),
@@ -156,7 +162,8 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
                          dim3(Config::kThreads), kernel_args, smem_bytes, stream);
   if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
   if (plan.num_chunks > 1) {
-    const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch);
+    const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch,
+                            CombineShape<Config::kHeadDim>::kSlices);
     // On sm_90 the combine is the decode kernel's programmatic dependent: its launch
     // overlaps the decode's last CTAs (it waits for their partials on the device).
     bool pdl = false;

@@ -1,9 +1,10 @@
 // vxqa/kernel/combine_kernel.cuh — merges a sequence's split-KV chunks by their LSE.
 //
-// One CTA per (query head, sequence). The chunks are merged in their index order, and the
-// max and sum come from CUB block reductions whose tree is fixed by the block size, so the
-// same input gives the same bits run after run, and a sequence's result does not depend on
-// the rest of the batch (its chunks are cut at absolute token positions).
+// One CTA per (query head, sequence, 64-dim slice). The chunks are summed in an order fixed
+// by the sequence's chunk count (CombineShape), and the max and sum come from CUB block
+// reductions whose tree is fixed by the block size, so the same input gives the same bits
+// run after run, and a sequence's result does not depend on the rest of the batch (its
+// chunks are cut at absolute token positions).
 //
 // NaN: a NaN chunk LSE (a NaN score, or a bad page id in that chunk) makes the max, every
 // weight and so the whole result NaN. A chunk whose live scores were all -inf arrives as
@@ -28,31 +29,44 @@ struct MaxKeepNanOp {
   VXQA_DEVICE float operator()(float a, float b) const { return softmax::max_keep_nan(a, b); }
 };
 
+// How the combine cuts one (query head, sequence): gridDim.z slices of 64 dims, so a long
+// sequence's many chunks are read by several CTAs at once; in a CTA, warp w sums chunks
+// w, w + 4, w + 8, ... (two dims a lane, four chunks' loads in flight), and the four warps'
+// sums are added in warp order. The order depends only on the sequence's chunk count.
+template <int kHeadDim>
+struct CombineShape {
+  static constexpr int kSliceDims = 64;  // a warp's lanes take 2 dims each
+  static constexpr int kSlices = kHeadDim / kSliceDims;
+  static constexpr int kWarps = kCombineThreads / 32;
+  static constexpr int kUnroll = 4;
+  static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of 64");
+};
+
 template <int kHeadDim>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {
+  using Shape = CombineShape<kHeadDim>;
   using Reduce = cub::BlockReduce<float, kCombineThreads>;
   __shared__ typename Reduce::TempStorage reduce_storage;
   __shared__ float shared_max, shared_sum;
-  __shared__ float weight[kCombineThreads];
+  __shared__ float2 warp_sum[Shape::kWarps][32];
 
   // Launched as the decode kernel's programmatic dependent on sm_90: wait for its partials.
   arch::grid_dependency_wait();
-  const int q_head = blockIdx.x, seq_index = blockIdx.y;
+  const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
   if (seq_index >= a.batch) return;
   const int q_heads = a.num_kv_heads * a.group_size;
-  __half* out = a.out + seq_index * a.out_batch_stride + q_head * a.out_head_stride;
-  float* lse = a.lse ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
+  __half* out = a.out + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
+  float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
   const int len = a.seq_lens[seq_index];
   if (!length_is_valid(len, a)) {  // the decode kernel has flagged it
-    for (int d = threadIdx.x; d < kHeadDim; d += kCombineThreads) out[d] = __float2half_rn(quiet_nan());
+    if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = __float2half_rn(quiet_nan());
     if (threadIdx.x == 0 && lse) *lse = quiet_nan();
     return;
   }
   const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
   const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
   const float* chunk_lse = a.partial_lse + first;
-  const float* chunk_o = a.partial_o + first * kHeadDim;
 
   float local_max = negative_infinity();
   for (int c = threadIdx.x; c < chunks; c += kCombineThreads)
@@ -71,31 +85,45 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   __syncthreads();
   const float sum = shared_sum;
 
-  // Each chunk's weight is computed once, a block of chunks at a time, into shared memory;
-  // every dim then sums its chunks in index order.
-  constexpr int kDimsPerThread = (kHeadDim + kCombineThreads - 1) / kCombineThreads;
-  float o[kDimsPerThread] = {};
-  for (int c0 = 0; c0 < chunks; c0 += kCombineThreads) {
-    __syncthreads();  // the previous block's weights are consumed
-    if (c0 + int(threadIdx.x) < chunks) weight[threadIdx.x] = softmax::rescale_factor(chunk_lse[c0 + threadIdx.x], m);
-    __syncthreads();
-    const int block = min(kCombineThreads, chunks - c0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + lane;
+  constexpr int kStride = kHeadDim / 2, kStep = Shape::kWarps;  // float2s between chunks
+  float2 acc = make_float2(0.f, 0.f);
+  int c = warp;
+  for (; c + (Shape::kUnroll - 1) * kStep < chunks; c += Shape::kUnroll * kStep) {
+    float2 x[Shape::kUnroll];
+    float w[Shape::kUnroll];
 #pragma unroll
-    for (int k = 0; k < kDimsPerThread; ++k) {
-      const int d = threadIdx.x + k * kCombineThreads;
-      if (d < kHeadDim)
-        for (int c = 0; c < block; ++c) o[k] += weight[c] * chunk_o[int64_t(c0 + c) * kHeadDim + d];
+    for (int u = 0; u < Shape::kUnroll; ++u) {
+      x[u] = chunk_o[int64_t(c + u * kStep) * kStride];
+      w[u] = softmax::rescale_factor(chunk_lse[c + u * kStep], m);
     }
+#pragma unroll
+    for (int u = 0; u < Shape::kUnroll; ++u) {
+      acc.x += w[u] * x[u].x;
+      acc.y += w[u] * x[u].y;
+    }
+  }
+  for (; c < chunks; c += kStep) {
+    const float2 x = chunk_o[int64_t(c) * kStride];
+    const float w = softmax::rescale_factor(chunk_lse[c], m);
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+  }
+  warp_sum[warp][lane] = acc;
+  __syncthreads();
+  if (threadIdx.x >= Shape::kSliceDims) return;
+  float o = 0.f;
+#pragma unroll
+  for (int w = 0; w < Shape::kWarps; ++w) {
+    const float2 s = warp_sum[w][threadIdx.x >> 1];
+    o += threadIdx.x & 1 ? s.y : s.x;
   }
   // Live tokens whose scores are all -inf: no chunk has weight (m = -inf), the softmax is
   // 0/0. A NaN factor makes every output NaN (a select per output made ptxas 12.8 spill).
   const bool undefined = chunks > 0 && m == negative_infinity();
   const float v_scale = undefined ? quiet_nan() : a.v_scale;
-#pragma unroll
-  for (int k = 0; k < kDimsPerThread; ++k) {
-    const int d = threadIdx.x + k * kCombineThreads;
-    if (d < kHeadDim) out[d] = __float2half_rn(chunks > 0 ? o[k] / sum * v_scale : 0.f);
-  }
+  out[threadIdx.x] = __float2half_rn(chunks > 0 ? o / sum * v_scale : 0.f);
   if (threadIdx.x == 0 && lse)
     *lse = undefined ? quiet_nan() : chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
 }

@@ -58,9 +58,11 @@ enum class MmaAtom { kAuto, kSm70 };
 inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
 inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
 
+// AsyncStages: the SM80 path's cp.async stages a warp (0: as many, 2..4, as keep the CTA
+// within kSm80CtaSmemTarget).
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
           ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
-          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM>
+          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -130,13 +132,16 @@ struct DecodeConfig {
 
   // The SM80+ path (kAuto where compiled for sm_80 and newer): warp-private rings of
   // kSm80Stages 16-token stages [K tile | V tile], as many stages (2..4) as keep the CTA
-  // within kSm80CtaSmemTarget. `Stages` and `ConvertAt` are SM70 knobs.
+  // within kSm80CtaSmemTarget, or AsyncStages. `Stages` and `ConvertAt` are SM70 knobs.
   static constexpr MmaAtom kAtom = Atom;
   static constexpr bool kHasSm80Path = Atom == MmaAtom::kAuto;
   using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, kElemBytes>;
   static constexpr int kSm80StageBytes = mma::Sm80KTileLayout<Sm80Geometry>::kBytes +
                                          mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
-  static constexpr int kSm80Stages = Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget   ? 4
+  static_assert(AsyncStages == 0 || (AsyncStages >= 2 && AsyncStages <= 8),
+                "DecodeConfig: AsyncStages is 0 (auto) or 2..8");
+  static constexpr int kSm80Stages = AsyncStages                                         ? AsyncStages
+                                     : Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget ? 4
                                      : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
                                                                                          : 2;
   static constexpr int kSm80WarpBytes = kSm80Stages * kSm80StageBytes;

@@ -91,8 +91,10 @@ struct Sm80QkConsumer {
   VXQA_DEVICE static void run(const uint8_t* k_tile, const QFragments& qf, float (&s)[4]) {
     const int lane = threadIdx.x & 31;
     const int row = m16n8k16::group(lane), t = m16n8k16::thread_in_group(lane);
+    // Even and odd k-steps accumulate apart: two chains of D/32 MMAs instead of one of D/16.
+    float acc[2][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[e] = 0.f;
+    for (int e = 0; e < 4; ++e) acc[0][e] = acc[1][e] = 0.f;
 #pragma unroll
     for (int g = 0; g < kChunkReads; ++g) {
       const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row, t + 4 * g));
@@ -114,9 +116,11 @@ struct Sm80QkConsumer {
         }
         const int step = g * kStepsPerChunk + i;
         const uint32_t b[2] = {qf.q[step][0], qf.q[step][1]};
-        arch::mma_m16n8k16_row_col(s, a, b, s);
+        arch::mma_m16n8k16_row_col(acc[step & 1], a, b, acc[step & 1]);
       }
     }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[e] = acc[0][e] + acc[1][e];
   }
 #endif
 #endif
