@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""sass_phases.py — where the decode main loop's instructions go, per phase, from -lineinfo.
+
+    sass_phases.py [--nvdisasm PATH] [--kernel REGEX] [--check] CUBIN...
+
+For every decode kernel of each CUBIN (built with -lineinfo), finds the main loop the way
+sass_audit.py does (the backward-branch loop holding the most HMMAs: one pass per 32-token
+tile of a warp on the SM70 path, per 16-token tile on the SM80 path) and attributes each of
+its instructions to a phase by its inline chain (`nvdisasm -gi`), innermost frame first:
+
+  load       register_staged_load / global_load / cp_async(_tile_load) — K and V alike
+             (one piece of code serves both; they are half each)
+  convert    numeric/e5m2.cuh (E5M2 -> fp16)
+  publish    pipeline/smem_publisher.cuh (register stages -> shared memory)
+  qk / pv    the QK and PV consumers and their MMA atoms
+  softmax    online_softmax / register_softmax / movmatrix, and the kernel's score and
+             rescale lines
+  pages      the block-table lookups (paged_kv.cuh, lane_row_offset)
+  sync       BAR, WARPSYNC, DEPBAR, NOP (opcode wins over the source line)
+  other      loop control and address arithmetic the chain gives to no piece
+
+and prints, per kernel: the counts, instructions per KV KiB of the tile, and on sm_70 an
+estimate of the V100 (80 SMs, 4 schedulers, 1.53 GHz, 900 GB/s) issue time against the
+memory time of the same bytes: issue-bound at one instruction per scheduler per cycle,
+with perfect overlap, so an upper bound, labelled as an estimate.
+
+--check exits 1 when a kernel's loop is not found or more than a quarter of it is `other`
+(the attribution would say little). Python 3 standard library only.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_audit  # noqa: E402  (the loop finder and the opcode matcher)
+
+PHASES = ["load", "convert", "publish", "qk", "softmax", "pv", "pages", "sync", "other"]
+FILE_PHASES = [
+    (r"numeric/e5m2\.cuh$", "convert"),
+    (r"pipeline/(register_staged_load|cp_async_tile_load)\.cuh$|arch/(global_load|cp_async)\.cuh$", "load"),
+    (r"pipeline/smem_publisher\.cuh$", "publish"),
+    (r"mma/(sm80_)?qk_consumer\.cuh$", "qk"),
+    (r"mma/(sm80_)?pv_consumer\.cuh$", "pv"),
+    (r"softmax/(online|register)_softmax\.cuh$|arch/movmatrix\.cuh$", "softmax"),
+    (r"paged/paged_kv\.cuh$", "pages"),
+]
+# Lines of the kernel bodies, by what they call.
+LINE_PHASES = [
+    (r"Qk::run", "qk"),
+    (r"Pv::run", "pv"),
+    (r"load_piece|piece\.load|Load::issue|\bissue\(|cp_async_(commit|wait)", "load"),
+    (r"store_k|store_v|publish", "publish"),
+    (r"softmax|store_scores|rescale|alpha|qk_scale_log2", "softmax"),
+    (r"row_offset", "pages"),
+]
+KERNEL_FILES = re.compile(r"kernel/(decode_kernel|decode_cta_sm80|decode_cta_common)\.cuh$")
+SYNC_OPS = [sass_audit.OpPattern(p) for p in ("BAR", "WARPSYNC", "DEPBAR", "NOP", "BSSY", "BSYNC")]
+FRAME_RE = re.compile(r'//## File "([^"]+)", line (\d+)')
+FUNC_RE = re.compile(r"^//-+ \.text\.(\S+) -+$")
+LABEL_RE = re.compile(r"^(\.L_x_\d+):")
+BRANCH_LABEL_RE = re.compile(r"`\((\.L_x_\d+)\)")
+V100 = dict(sms=80, schedulers=4, ghz=1.53, gbs=900.0)
+
+
+def run(argv):
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    if proc.returncode != 0:
+        raise RuntimeError("`%s` failed (exit %d): %s" % (" ".join(argv), proc.returncode, proc.stderr))
+    return proc.stdout
+
+
+class Source:
+    """Source lines, read once per file."""
+
+    def __init__(self):
+        self.files = {}
+
+    def line(self, path, n):
+        if path not in self.files:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    self.files[path] = f.read().splitlines()
+            except OSError:
+                self.files[path] = []
+        lines = self.files[path]
+        return lines[n - 1] if 0 < n <= len(lines) else ""
+
+
+def phase_of(op, chain, source):
+    if any(p.matches(op) for p in SYNC_OPS):
+        return "sync"
+    for path, line in chain:  # innermost frame first
+        for rx, phase in FILE_PHASES:
+            if re.search(rx, path):
+                return phase
+        if KERNEL_FILES.search(path):
+            text = source.line(path, line)
+            for rx, phase in LINE_PHASES:
+                if re.search(rx, text):
+                    return phase
+    return "other"
+
+
+def parse(text):
+    """{kernel name: [(address, opcode, text, chain)]} from `nvdisasm -gi`."""
+    kernels, current, chain, pending, labels, waiting = {}, None, [], [], {}, []
+    for line in text.splitlines():
+        m = FUNC_RE.match(line.strip())
+        if m:
+            current = kernels.setdefault(m.group(1), [])
+            chain, pending = [], []
+            continue
+        m = LABEL_RE.match(line)
+        if m:
+            waiting.append(m.group(1))
+            continue
+        frames = FRAME_RE.findall(line)
+        if frames:
+            pending.append((frames[0][0], int(frames[0][1])))
+            continue
+        m = sass_audit.INSTR_RE.match(line)
+        if m and current is not None:
+            if pending:
+                chain, pending = pending, []
+            body = m.group(2).strip().strip("{}").strip()
+            tokens = body.split()
+            if tokens and tokens[0].startswith("@"):
+                tokens = tokens[1:]
+            for label in waiting:
+                labels[label] = m.group(1)
+            waiting = []
+            if tokens:
+                current.append((m.group(1), tokens[0].rstrip(";"), body, list(chain)))
+    # Branches name labels: give them the address sass_audit's loop finder reads.
+    def address(match):
+        return "0x" + labels.get(match.group(1), "0")
+    return {name: [(a, o, BRANCH_LABEL_RE.sub(address, t), c) for a, o, t, c in body]
+            for name, body in kernels.items()}
+
+
+def config_of(demangled):
+    """(head dim, element bytes, 'sm70' or 'sm80' body) from a decode_kernel<DecodeConfig<...>>."""
+    m = re.search(r"DecodeConfig<(\d+), \(vxqa::KvType\)(\d)", demangled)
+    if not m:
+        return None
+    return int(m.group(1)), 1 if m.group(2) == "0" else 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nvdisasm", default=os.environ.get("VXQA_NVDISASM") or shutil.which("nvdisasm"))
+    ap.add_argument("--kernel", default=r"decode_kernel")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("cubins", nargs="+")
+    args = ap.parse_args()
+    if not args.nvdisasm:
+        sys.exit("no nvdisasm: pass --nvdisasm (CUDA 11.8's reads sm_70..sm_90 cubins)")
+    source, failed = Source(), False
+    print("phase counts of the decode main loop (one pass = one warp tile), from nvdisasm -gi")
+    print("%-10s %-6s %-60s %5s %5s %s  %s" % ("cubin", "arch", "kernel", "tile", "instr",
+                                             " ".join("%7s" % p for p in PHASES), "instr/KiB"))
+    for path in args.cubins:
+        arch = re.search(r"\.(sm\d+)\.", os.path.basename(path))
+        arch = arch.group(1) if arch else "?"
+        try:  # nvdisasm 11.8 gives inline chains for sm_70 only; elsewhere the innermost frame
+            dis = run([args.nvdisasm, "-gi", "-c", path])
+        except RuntimeError:
+            dis = run([args.nvdisasm, "-g", "-c", path])
+        kernels = parse(dis)
+        names = [n for n in kernels if re.search(args.kernel, n)]
+        demangled = dict(zip(names, run(["c++filt"] + names).splitlines())) if names else {}
+        for name in names:
+            k = sass_audit.Kernel(name)
+            k.instructions = [(a, o, t) for a, o, t, _ in kernels[name]]
+            loop = k.main_loop()
+            title = demangled.get(name, name).replace("void vxqa::decode_kernel<vxqa::", "").rstrip(">(vxqa::DecodeKernelArgs)")
+            title = re.sub(r"\(vxqa::[\w:]+\)", "", title)
+            if not loop:
+                print("%-10s %-6s %-60s  no main loop found" % (os.path.basename(path)[:10], arch, title[:60]))
+                failed = True
+                continue
+            chains = {a: c for a, _, _, c in kernels[name]}
+            counts = dict.fromkeys(PHASES, 0)
+            for address, op, _ in loop:
+                counts[phase_of(op, chains[address], source)] += 1
+            cfg = config_of(demangled.get(name, ""))
+            sm70_body = any(op.startswith("HMMA.884") for _, op, _ in loop)
+            tokens = 32 if sm70_body else 16
+            kib = tokens * cfg[0] * cfg[1] * 2 / 1024 if cfg else float("nan")
+            total = len(loop)
+            print("%-10s %-6s %-60s %5d %5d %s  %7.1f" % (os.path.basename(path)[:10], arch, title[:60], tokens, total,
+                                                      " ".join("%7d" % counts[p] for p in PHASES), total / kib))
+            if arch == "sm70" and cfg:
+                issue_ns = total / V100["ghz"]  # one scheduler issues the tile's loop at IPC 1
+                # An SM's schedulers each take a tile in that time.
+                sm_gbs = V100["schedulers"] * kib * 1024 / issue_ns
+                need = V100["gbs"] / V100["sms"]
+                print("%-10s %-6s   V100 estimate: the loop at IPC 1 on each of 4 schedulers reads %.1f GB/s an SM, "
+                      "%.1fx the %.1f GB/s an SM needs for 900 GB/s (an issue-bound upper bound with perfect "
+                      "overlap: an estimate, not a measurement)" % ("", "", sm_gbs, sm_gbs / need, need))
+            if args.check and counts["other"] > total / 4:
+                print("  more than a quarter of the loop is unattributed")
+                failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
