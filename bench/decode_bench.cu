@@ -2,10 +2,10 @@
 // median of many runs with CUDA events) against the device-to-device copy bandwidth
 // measured in the same run, prints a table and writes JSON.
 //
-//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --profile]
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --profile [--shape N]]
 // --experiment times the default atom over chunk sizes, warps and stages instead;
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
-// --profile runs only the seed shape with its default plan, for ncu.
+// --profile [--shape N] runs only shape N (default 0, the seed shape) with its default plan, for ncu.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
 // plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
@@ -166,6 +166,7 @@ std::string join(const std::vector<int32_t>& v) {
 
 int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
+  int profile_shape = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const bool has_value = i + 1 < argc;
@@ -173,6 +174,7 @@ int main(int argc, char** argv) {
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
     else if (k == "--experiment" || k == "--profile" || k == "--contexts") mode = k.substr(2);
+    else if (k == "--shape" && has_value) profile_shape = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
       return 2;
@@ -222,7 +224,11 @@ int main(int argc, char** argv) {
         results.push_back(run_shape<E5m2>({names.back().c_str(), batch, context, 800, 6, 1, false}, stream, sms, l2, copy));
       }
   } else if (mode == "profile") {  // one shape, for ncu
-    results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy));
+    if (profile_shape < 0 || profile_shape >= int(sizeof shapes / sizeof shapes[0])) {
+      std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", int(sizeof shapes / sizeof shapes[0]) - 1);
+      return 2;
+    }
+    results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
   } else {
     for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
     results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,

@@ -91,16 +91,18 @@ step_experiment() {
   cat "$out/experiment.log"
 }
 
-step_ncu() {  # the seed shape's decode and combine, every section, and the decode's stalls per SASS line
-  start=$SECONDS
-  timeout 200 ncu --clock-control none --set full --import-source no -f -o "$out/profile" \
-    --kernel-name regex:"decode_kernel|combine_kernel" --launch-skip 40 --launch-count 2 \
-    ./build-gpu/bench/vxqa_decode_bench --profile >"$out/ncu-run.log" 2>&1
-  note "ncu: rc $?, $((SECONDS - start)) s"
-  ncu -i "$out/profile.ncu-rep" --page details >"$out/ncu.log" 2>&1
-  ncu -i "$out/profile.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source.log" 2>&1
-  rm -f "$out/profile.ncu-rep"
-  grep -E "^  [a-z_]+<|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Eligible Warps|Block Limit|Waves|Stall|Registers Per|Shared Memory Config" "$out/ncu.log" | head -60
+step_ncu() {  # decode and combine of the seed shape and of B16 x 1K: every section, and stalls per SASS line
+  for shape in 0 3; do
+    start=$SECONDS
+    timeout 200 ncu --clock-control none --set full --import-source no -f -o "$out/profile$shape" \
+      --kernel-name regex:"decode_kernel|combine_kernel" --launch-skip 40 --launch-count 2 \
+      ./build-gpu/bench/vxqa_decode_bench --profile --shape $shape >"$out/ncu-run$shape.log" 2>&1
+    note "ncu shape $shape: rc $?, $((SECONDS - start)) s"
+    ncu -i "$out/profile$shape.ncu-rep" --page details >"$out/ncu$shape.log" 2>&1
+    ncu -i "$out/profile$shape.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source$shape.log" 2>&1
+    rm -f "$out/profile$shape.ncu-rep"
+    grep -E "^  [a-z_]+<|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Eligible Warps|Registers Per|Waves" "$out/ncu$shape.log" | head -40
+  done
 }
 
 step_contexts() {  # % of copy against context length (and FlashInfer on the same lengths, if carried)
