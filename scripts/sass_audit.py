@@ -8,8 +8,9 @@ Runs `cuobjdump -res-usage` and `cuobjdump -sass` on CUBIN, prints one row per k
 (registers, static shared memory, stack frame, local memory, counts of the instructions that
 matter for vxqa on Volta, total instructions) and, under a kernel whose HMMAs sit in a loop,
 a `main loop` row with the same counts for that loop's body alone: the instructions from the
-target of its backward branch to the branch (the loop whose body holds the most HMMAs;
-out-of-line blocks the body jumps to are not counted). In the decode kernels that loop runs
+target of its backward branch to the branch (of the innermost loops, the one whose body holds
+the most HMMAs, the shortest of equal ones; out-of-line blocks the body jumps to are not
+counted). In the decode kernels that loop runs
 once per 32-token tile of a warp on the SM70 path, per 16-token tile on the SM80 path. It then checks every kernel against the `vxqa-audit:`
 comment lines of the --source files:
 
@@ -201,9 +202,10 @@ class Kernel:
         return sum(1 for _, op, _ in self.instructions if pattern.matches(op))
 
     def main_loop(self):
-        """The body of the backward-branch loop holding the most HMMA (any shape), or None."""
+        """The innermost backward-branch loop holding the most HMMA (any shape), or None; of
+        equal ones, the shortest (a kernel with two variants of its loop reports the leaner)."""
         hmma = OpPattern("HMMA")
-        best, best_hmma = None, 0
+        loops = []
         for address, op, text in self.instructions:
             target = BRA_TARGET_RE.search(text) if split_opcode(op)[0] == "BRA" else None
             if not target:
@@ -213,9 +215,13 @@ class Kernel:
                 continue
             body = [i for i in self.instructions if start <= int(i[0], 16) <= end]
             n = sum(1 for _, o, _ in body if hmma.matches(o))
-            if n > best_hmma or (n == best_hmma and best is not None and len(body) < len(best)):
-                best, best_hmma = body, n
-        return best
+            if n:
+                loops.append((start, end, body, n))
+        innermost = [l for l in loops
+                     if not any(o is not l and l[0] <= o[0] and o[1] <= l[1] for o in loops)]
+        if not innermost:
+            return None
+        return max(innermost, key=lambda l: (l[3], -len(l[2])))[2]
 
     def examples(self, pattern, limit=3):
         return ["/*%s*/ %s" % (addr, text) for addr, op, text in self.instructions

@@ -60,8 +60,6 @@ struct DecodeCtaSm80 {
     const Tiles tiles(work.begin, work.end, warp);
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(work.seq_index, work.kv_head);
-    const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
-    const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
 
     softmax::HeadPairState st = softmax::empty_head_pair();
     float o[kMTiles][4];
@@ -69,47 +67,16 @@ struct DecodeCtaSm80 {
     for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[m][e] = 0.f;
-
     bool bad_page = false;
-    auto row_offset = [&](int j) {
-      return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
-    };
-    auto stage = [&](int j) { return warp_area + (j % kStages) * Config::kSm80StageBytes; };
-    auto issue = [&](int j, int64_t offset) {  // one commit group per tile, empty past the end
-      if (j < tiles.count) Load::issue(k_base, v_base, offset, tiles.valid_rows(j), stage(j), stage(j) + kVTileOffset);
-      arch::cp_async_commit();
-    };
-
     if (tiles.count > 0) {
-#pragma unroll
-      for (int j = 0; j < kStages - 1; ++j) issue(j, row_offset(j));
-      // The block-table lookup of a tile is done one iteration before its copies are issued.
-      int64_t offset_ahead = row_offset(kStages - 1);
-
-      for (int j = 0; j < tiles.count; ++j) {
-        __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
-        issue(j + kStages - 1, offset_ahead);
-        offset_ahead = row_offset(j + kStages);
-        arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
-        __syncwarp();                        // ... and every lane's
-
-        float s[4];
-        Qk::run(stage(j), qf, s);
-        const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[e] = row0 + (e >> 1) * 8 < work.end ? s[e] * a.qk_scale_log2 : negative_infinity();
-        uint32_t p[2];
-        float alpha[2];
-        softmax::register_softmax_step(st, s, p, alpha);
-        // Most tiles leave every max where it was: skip the rescale of O then.
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-          for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
-        }
-        Pv::run(stage(j) + kVTileOffset, p, o);
+      // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
+      // lies in one page: one block-table id a tile, and strided copies.
+      if constexpr (Config::kPageSize != 0) {
+        stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
+      } else if (a.page_size % Geometry::kTokens == 0) {
+        stream<true>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
+      } else {
+        stream<false>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
       }
     }
     arch::launch_dependents();  // the combine may start launching: it waits for our partials
@@ -133,6 +100,78 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
+  }
+
+  // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
+  // consumed. kOnePage: each tile lies in one page (its row 0 offset is the same on every
+  // lane); else lane r < 16 holds the offset of row r.
+  template <bool kOnePage>
+  VXQA_DEVICE static void stream(const DecodeKernelArgs& a, const CtaWork& work, const Tiles& tiles, const Sequence& seq,
+                                 const typename Qk::QFragments& qf, uint8_t* warp_area, softmax::HeadPairState& st,
+                                 float (&o)[kMTiles][4], bool& bad_page) {
+    const int lane = threadIdx.x & 31;
+    const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
+    const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
+    auto offset_of = [&](int j) -> int64_t {
+      if constexpr (kOnePage) {
+        if (j >= tiles.count) return 0;
+        const uint32_t token = uint32_t(tiles.start(j));
+        if constexpr (Config::kChecksPageIds) {
+          return seq.checked_row_offset(token, a.num_pages, bad_page);
+        } else {
+          return seq.row_offset(token);
+        }
+      } else {
+        return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
+      }
+    };
+    auto stage = [&](int slot) { return warp_area + slot * Config::kSm80StageBytes; };
+    auto next = [](int slot) { return slot + 1 == kStages ? 0 : slot + 1; };
+    auto issue = [&](int j, int64_t offset, int slot) {  // one commit group per tile, empty past the end
+      if (j < tiles.count) {
+        uint8_t* k_tile = stage(slot);
+        if constexpr (kOnePage) {
+          Load::issue_one_page(k_base + offset, v_base + offset, seq.token_bytes(), tiles.valid_rows(j), k_tile,
+                               k_tile + kVTileOffset);
+        } else {
+          Load::issue(k_base, v_base, offset, tiles.valid_rows(j), k_tile, k_tile + kVTileOffset);
+        }
+      }
+      arch::cp_async_commit();
+    };
+
+#pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) issue(j, offset_of(j), j);
+    // The block-table lookup of a tile is done one iteration before its copies are issued.
+    int64_t offset_ahead = offset_of(kStages - 1);
+    int use = 0, fill = kStages - 1;  // stages of tile j and of tile j + S - 1
+    for (int j = 0; j < tiles.count; ++j) {
+      __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
+      issue(j + kStages - 1, offset_ahead, fill);
+      offset_ahead = offset_of(j + kStages);
+      arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
+      __syncwarp();                        // ... and every lane's
+
+      float s[4];
+      Qk::run(stage(use), qf, s);
+      const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[e] = row0 + (e >> 1) * 8 < work.end ? s[e] * a.qk_scale_log2 : negative_infinity();
+      uint32_t p[2];
+      float alpha[2];
+      softmax::register_softmax_step(st, s, p, alpha);
+      // Most tiles leave every max where it was: skip the rescale of O then.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
+      }
+      Pv::run(stage(use) + kVTileOffset, p, o);
+      use = next(use);
+      fill = next(fill);
+    }
   }
 
   // Element (m-tile, element, lane) of every warp's O fragments, merged by their (m, l), in

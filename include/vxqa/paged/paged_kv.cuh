@@ -119,6 +119,8 @@ class PagedKvSequence {
         page_size_(page_size) {}
 
   VXQA_HD int page_size() const { return page_size_.size(); }
+  // Bytes between consecutive tokens' rows of one page.
+  VXQA_HD int64_t token_bytes() const { return token_bytes_; }
 
   // Physical page holding logical page `page` of this sequence (one block-table load).
   VXQA_HD int32_t physical_page(uint32_t page) const { return table_row_[page]; }

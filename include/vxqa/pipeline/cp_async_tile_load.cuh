@@ -26,6 +26,9 @@ struct CpAsyncTileLoad {
   static_assert(kChunks % 32 == 0, "CpAsyncTileLoad: a tile must give every lane whole chunks");
   static constexpr int kChunksPerLane = kChunks / 32;
 
+  static_assert(32 % Geometry::kChunksPerRow == 0, "CpAsyncTileLoad: a row must take a whole fraction of a warp");
+  static constexpr int kRowsPerCopy = 32 / Geometry::kChunksPerRow;  // rows one copy instruction covers
+
   // Lane l's i-th copy: consecutive lanes take consecutive chunks of a row.
   VXQA_HD static int row_of(int i, int lane) { return (i * 32 + lane) / Geometry::kChunksPerRow; }
   VXQA_HD static int chunk_of(int i, int lane) { return (i * 32 + lane) % Geometry::kChunksPerRow; }
@@ -44,6 +47,32 @@ struct CpAsyncTileLoad {
       const int64_t src = read ? offset + 16 * chunk : 0;  // never read when !read
       arch::cp_async_16_or_zero(k_tile + KLayout::chunk_offset(row, chunk), k_base + src, read);
       arch::cp_async_16_or_zero(v_tile + VLayout::offset(row, 16 * chunk), v_base + src, read);
+    }
+  }
+
+  // The same copies for a tile whose 16 rows lie in one page, `row_bytes` apart from row 0
+  // (k_row0 / v_row0, the same on every lane). Lane l's copy i is row r0 + i·R of its chunk
+  // (R = 32 / chunks a row), so its global addresses step by R rows and, where R is even (the
+  // K swizzle then keeps its key), its shared ones by a constant: the loop is two pointer
+  // bumps a copy. Rows past valid_rows are still inside the page: their addresses are valid,
+  // and they are zero-filled without being read.
+  VXQA_DEVICE static void issue_one_page(const uint8_t* k_row0, const uint8_t* v_row0, int64_t row_bytes,
+                                         int valid_rows, uint8_t* k_tile, uint8_t* v_tile) {
+    constexpr int R = kRowsPerCopy;
+    const int lane = threadIdx.x & 31;
+    const int r0 = row_of(0, lane), chunk = chunk_of(0, lane);
+    const int64_t lane_offset = r0 * row_bytes + 16 * chunk, step = R * row_bytes;
+    const uint8_t* k = k_row0 + lane_offset;
+    const uint8_t* v = v_row0 + lane_offset;
+    uint8_t* k_dst = k_tile + KLayout::chunk_offset(r0, chunk);
+    uint8_t* v_dst = v_tile + VLayout::offset(r0, 16 * chunk);
+    const int rows_left = valid_rows - r0;  // copy i reads when i·R < rows_left
+#pragma unroll
+    for (int i = 0; i < kChunksPerLane; ++i) {
+      uint8_t* kd = R % 2 == 0 ? k_dst + i * R * Geometry::kRowBytes
+                               : k_tile + KLayout::chunk_offset(r0 + i * R, chunk);
+      arch::cp_async_16_or_zero(kd, k + i * step, i * R < rows_left);
+      arch::cp_async_16_or_zero(v_dst + i * R * VLayout::kPitch, v + i * step, i * R < rows_left);
     }
   }
 #endif
