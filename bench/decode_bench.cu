@@ -156,6 +156,62 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   return r;
 }
 
+// append_kv of a prefill-sized chunk (fp16 in, E5M2 cache, shuffled slots): GB/s of the
+// bytes it reads and writes, against the copy bandwidth.
+struct AppendResult {
+  int tokens, kv_heads, head_dim;
+  double mbytes, us, gbs, pct_copy;
+};
+
+AppendResult run_append(int tokens, int kv_heads, int head_dim, cudaStream_t stream, double copy_gbs) {
+  const int page = 16, pages = (tokens + page - 1) / page;
+  const size_t row = size_t(kv_heads) * head_dim;
+  std::vector<uint16_t> rows(size_t(tokens) * row);
+  std::mt19937_64 rng(5);
+  for (auto& x : rows) x = uint16_t(0x3000 + rng() % 0x1000);
+  std::vector<int64_t> slots(tokens);
+  for (int t = 0; t < tokens; ++t) slots[t] = t;
+  std::shuffle(slots.begin(), slots.end(), rng);
+  uint16_t *key, *value;
+  int64_t* dslots;
+  unsigned char *kc, *vc;
+  DEMO_CHECK(cudaMalloc(&key, rows.size() * 2));
+  DEMO_CHECK(cudaMalloc(&value, rows.size() * 2));
+  DEMO_CHECK(cudaMalloc(&dslots, slots.size() * 8));
+  DEMO_CHECK(cudaMalloc(&kc, size_t(pages) * page * row));
+  DEMO_CHECK(cudaMalloc(&vc, size_t(pages) * page * row));
+  DEMO_CHECK(cudaMemcpy(key, rows.data(), rows.size() * 2, cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMemcpy(value, rows.data(), rows.size() * 2, cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMemcpy(dslots, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
+  vxqa::AppendKvParams p;
+  p.key = key;
+  p.value = value;
+  p.key_token_stride = p.value_token_stride = int64_t(row);
+  p.key_head_stride = p.value_head_stride = head_dim;
+  p.slot_mapping = dslots;
+  p.num_tokens = tokens;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.k_cache = kc;
+  p.v_cache = vc;
+  p.page_stride = int64_t(page) * row;
+  p.token_stride = int64_t(row);
+  p.head_stride = head_dim;
+  p.page_size = page;
+  p.num_pages = pages;
+  const double us = vxqa_demo::median_us([&] {
+    const vxqa::Status s = vxqa::append_kv(p, stream);
+    if (!s.ok()) { std::fprintf(stderr, "append_kv: %s\n", s.message().c_str()); std::exit(1); }
+  }, stream);
+  for (void* ptr : {static_cast<void*>(key), static_cast<void*>(value), static_cast<void*>(dslots),
+                    static_cast<void*>(kc), static_cast<void*>(vc)})
+    DEMO_CHECK(cudaFree(ptr));
+  const double bytes = 2.0 * tokens * row * (2 + 1) + 8.0 * tokens;  // fp16 in, E5M2 out, K and V
+  AppendResult r{tokens, kv_heads, head_dim, bytes / 1e6, us, bytes / (us * 1e3), 0};
+  r.pct_copy = 100 * r.gbs / copy_gbs;
+  return r;
+}
+
 std::string join(const std::vector<int32_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -200,6 +256,7 @@ int main(int argc, char** argv) {
   };
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
+  std::vector<AppendResult> appends;
   if (mode == "experiment") {  // chunk sizes, warps per CTA and stages of the default atom
     using W4S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
                                     vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
@@ -236,6 +293,8 @@ int main(int argc, char** argv) {
     for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
     for (int i : {0, 2, 3}) results.push_back(run_shape<E5m2Sm70>(shapes[i], stream, sms, l2, copy));
     results.push_back(run_shape<E5m2Sm70Publish>(shapes[0], stream, sms, l2, copy));
+    appends.push_back(run_append(32768, 8, 128, stream, copy));
+    appends.push_back(run_append(16, 8, 128, stream, copy));  // one decode step of B16
   }
 
   char date[32];
@@ -248,6 +307,10 @@ int main(int argc, char** argv) {
   for (const Result& r : results)
     std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.config.c_str(), r.head_dim,
                 r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs, r.pct_copy, r.chunk, r.chunks);
+
+  for (const AppendResult& a : appends)
+    std::printf("append_kv fp16 -> E5M2, %d tokens x %d heads x %d: %.1f MB in %.2f us, %.0f GB/s, %.1f %% of copy\n",
+                a.tokens, a.kv_heads, a.head_dim, a.mbytes, a.us, a.gbs, a.pct_copy);
 
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -265,6 +328,13 @@ int main(int argc, char** argv) {
                    r.shape.name, r.config.c_str(), r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
                    r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
                    r.pct_copy, r.chunk, r.chunks, r.copies, join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "  ],\n  \"append\": [\n");
+    for (size_t i = 0; i < appends.size(); ++i) {
+      const AppendResult& a = appends[i];
+      std::fprintf(f, "    {\"tokens\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"mbytes\": %.3f, \"us\": %.2f, "
+                   "\"gbs\": %.1f, \"pct_copy\": %.2f}%s\n", a.tokens, a.kv_heads, a.head_dim, a.mbytes, a.us, a.gbs,
+                   a.pct_copy, i + 1 < appends.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);

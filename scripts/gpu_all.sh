@@ -92,7 +92,7 @@ step_experiment() {
 }
 
 step_ncu() {  # decode and combine of the seed shape and of B16 x 1K: every section, and stalls per SASS line
-  for shape in 0 3; do
+  for shape in ${VXQA_NCU_SHAPES:-0 3}; do
     start=$SECONDS
     timeout 200 ncu --clock-control none --set full --import-source no -f -o "$out/profile$shape" \
       --kernel-name regex:"decode_kernel|combine_kernel" --launch-skip 40 --launch-count 2 \

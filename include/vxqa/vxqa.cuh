@@ -11,5 +11,6 @@
 #include <vxqa/kernel/config.cuh>
 #include <vxqa/kernel/split_plan.cuh>
 #if !defined(__CUDACC_RTC__)
+#include <vxqa/api/append_kv.cuh>
 #include <vxqa/api/decode.cuh>
 #endif

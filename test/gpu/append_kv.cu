@@ -1,0 +1,373 @@
+// append_kv: this step's K and V into the paged cache. Against the CPU encoder, bit for bit
+// (E5M2 and fp16 caches, fp16 and bf16 inputs, scales as values and as device pointers,
+// values that saturate, round to zero, inf and NaN), every byte it must not write left as it
+// was (slot -1, bad slots, padding), bad slots flagged; and end to end: a random problem's
+// cache written by append_kv, then decoded, equals the float64 reference over that cache.
+#include "gpu/decode_harness.cuh"
+
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace {
+
+using vxqa_test::DeviceBuffer;
+
+constexpr unsigned char kCachePoison = 0x5A;
+
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t seed) : g(seed) {}
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (double(g() >> 11) * 0x1.0p-53); }
+  uint64_t below(uint64_t n) { return g() % n; }
+};
+
+uint16_t act_bits(double x, vxqa::ActType t) {
+  if (t == vxqa::ActType::kFp16) return vxqa::reference::fp16_from_double(x);
+  // bf16: round the fp32 to nearest even on its top 16 bits (NaN kept quiet)
+  const float f = float(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40u);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+float act_to_float(uint16_t bits, vxqa::ActType t) {
+  if (t == vxqa::ActType::kFp16) return float(vxqa::reference::fp16_to_double(bits));
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A value drawn to exercise the encoder: mostly ordinary, some that saturate, some that
+// round to zero or are subnormal in E5M2, and a few inf / NaN / -0.
+double draw_value(Rng& rng) {
+  const uint64_t kind = rng.below(40);
+  if (kind == 0) return INFINITY;
+  if (kind == 1) return -INFINITY;
+  if (kind == 2) return NAN;
+  if (kind == 3) return -0.0;
+  if (kind < 7) return rng.uniform(-2e5, 2e5);
+  if (kind < 10) return rng.uniform(-3e-5, 3e-5);
+  return rng.uniform(-8, 8);
+}
+
+struct Pool {
+  int num_pages = 7, page_size = 5, kv_heads = 2, head_dim = 64;
+  int64_t head_stride, token_stride, page_stride;  // elements, padded so that gaps exist
+  explicit Pool(int eb) {
+    head_stride = head_dim + 16 / eb;
+    token_stride = kv_heads * head_stride + 16 / eb;
+    page_stride = page_size * token_stride + 32 / eb;
+  }
+  int64_t elements() const { return num_pages * page_stride; }
+  int64_t index(int64_t slot, int h, int d) const {
+    return (slot / page_size) * page_stride + (slot % page_size) * token_stride + h * head_stride + d;
+  }
+};
+
+struct Case {
+  vxqa::KvType cache;
+  vxqa::ActType input;
+  float k_scale, v_scale;
+  bool scale_pointers;
+};
+
+void check_against_cpu_encoder(const Case& c, uint64_t seed) {
+  const int eb = c.cache == vxqa::KvType::kE5M2 ? 1 : 2;
+  INFO("cache " << (eb == 1 ? "e5m2" : "fp16") << " input " << (c.input == vxqa::ActType::kFp16 ? "fp16" : "bf16")
+                << " scales " << c.k_scale << "/" << c.v_scale << (c.scale_pointers ? " (device)" : "")
+                << " seed " << seed);
+  Rng rng(seed);
+  const Pool pool(eb);
+  const int num_slots = pool.num_pages * pool.page_size, tokens = 23;
+  // Distinct slots for the tokens, 4 of them -1 (skipped).
+  std::vector<int64_t> all(num_slots);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng.g);
+  std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
+  for (int i = 0; i < 4; ++i) slots[rng.below(tokens)] = -1;
+
+  // Inputs with padded strides: [token][head] rows of D, 8 elements of gap.
+  const int64_t in_head_stride = pool.head_dim + 8, in_token_stride = pool.kv_heads * in_head_stride + 8;
+  std::vector<uint16_t> key(tokens * in_token_stride), value(key.size());
+  for (auto& x : key) x = act_bits(draw_value(rng), c.input);
+  for (auto& x : value) x = act_bits(draw_value(rng), c.input);
+
+  DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
+  DeviceBuffer<int64_t> dslots(slots.size());
+  DeviceBuffer<unsigned char> kc(pool.elements() * eb), vc(pool.elements() * eb);
+  DeviceBuffer<float> scales(2);
+  DeviceBuffer<uint32_t> errors(1);
+  dkey.upload(key);
+  dvalue.upload(value);
+  dslots.upload(slots);
+  kc.poison(kCachePoison);
+  vc.poison(kCachePoison);
+  scales.upload({c.k_scale, c.v_scale});
+  errors.poison(0);
+
+  vxqa::AppendKvParams p;
+  p.key = dkey.get();
+  p.value = dvalue.get();
+  p.key_token_stride = p.value_token_stride = in_token_stride;
+  p.key_head_stride = p.value_head_stride = in_head_stride;
+  p.input_type = c.input;
+  p.slot_mapping = dslots.get();
+  p.num_tokens = tokens;
+  p.num_kv_heads = pool.kv_heads;
+  p.head_dim = pool.head_dim;
+  p.k_cache = kc.get();
+  p.v_cache = vc.get();
+  p.cache_type = c.cache;
+  p.page_stride = pool.page_stride;
+  p.token_stride = pool.token_stride;
+  p.head_stride = pool.head_stride;
+  p.page_size = pool.page_size;
+  p.num_pages = pool.num_pages;
+  if (c.scale_pointers) {
+    p.k_scale = p.v_scale = -1.f;  // ignored: the pointers win
+    p.k_scale_ptr = scales.get();
+    p.v_scale_ptr = scales.get() + 1;
+  } else {
+    p.k_scale = c.k_scale;
+    p.v_scale = c.v_scale;
+  }
+  p.errors = errors.get();
+  const vxqa::Status s = vxqa::append_kv(p, 0);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  const auto k_out = kc.download(), v_out = vc.download();
+  REQUIRE(errors.download()[0] == 0u);
+
+  // Expected bytes: poison everywhere, the encoded rows at the tokens' slots.
+  // An fp16 NaN may come back with any payload (the GPU's is 0x7FFF): such elements are
+  // compared as "a NaN" (nan_at marks their first byte).
+  std::vector<unsigned char> k_want(k_out.size(), kCachePoison), v_want(v_out.size(), kCachePoison);
+  std::vector<char> k_nan(k_out.size(), 0), v_nan(v_out.size(), 0);
+  auto encode = [&](uint16_t bits, float scale, unsigned char* dst, char* nan_at) {
+    const float x = act_to_float(bits, c.input) / scale;
+    if (eb == 1) {
+      dst[0] = vxqa::float_to_e5m2(x, vxqa::Saturation::kFinite);
+    } else {
+      const uint16_t h = vxqa::reference::fp16_from_double(double(x));
+      dst[0] = uint8_t(h & 0xFF);
+      dst[1] = uint8_t(h >> 8);
+      nan_at[0] = std::isnan(x);
+    }
+  };
+  auto same = [&](const std::vector<unsigned char>& got, const std::vector<unsigned char>& want,
+                  const std::vector<char>& nan_at, size_t i) {
+    if (eb == 2 && (nan_at[i] || (i > 0 && nan_at[i - 1]))) {
+      const size_t e = nan_at[i] ? i : i - 1;
+      const uint16_t h = uint16_t(got[e] | (got[e + 1] << 8));
+      return (h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0;
+    }
+    return got[i] == want[i];
+  };
+  for (int t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (int h = 0; h < pool.kv_heads; ++h)
+      for (int d = 0; d < pool.head_dim; ++d) {
+        const int64_t src = t * in_token_stride + h * in_head_stride + d, dst = pool.index(slots[t], h, d) * eb;
+        encode(key[src], c.k_scale, &k_want[dst], &k_nan[dst]);
+        encode(value[src], c.v_scale, &v_want[dst], &v_nan[dst]);
+      }
+  }
+  for (size_t i = 0; i < k_want.size(); ++i) {
+    INFO("K byte " << i << ": got " << int(k_out[i]) << " want " << int(k_want[i]));
+    REQUIRE(same(k_out, k_want, k_nan, i));
+  }
+  for (size_t i = 0; i < v_want.size(); ++i) {
+    INFO("V byte " << i << ": got " << int(v_out[i]) << " want " << int(v_want[i]));
+    REQUIRE(same(v_out, v_want, v_nan, i));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("append_kv writes what the CPU encoder gives, bit for bit, and nothing else", "[append_kv]") {
+  using vxqa::ActType;
+  using vxqa::KvType;
+  const Case cases[] = {
+      {KvType::kE5M2, ActType::kFp16, 1.f, 1.f, false},   {KvType::kE5M2, ActType::kFp16, 0.37f, 2.5f, false},
+      {KvType::kE5M2, ActType::kBf16, 1.f, 1.f, false},   {KvType::kE5M2, ActType::kBf16, 3.f, 0.125f, true},
+      {KvType::kE5M2, ActType::kFp16, 0.75f, 1.5f, true}, {KvType::kFp16, ActType::kFp16, 1.f, 1.f, false},
+      {KvType::kFp16, ActType::kBf16, 1.f, 1.f, false},   {KvType::kFp16, ActType::kFp16, 0.5f, 4.f, true},
+  };
+  uint64_t seed = 900;
+  for (const Case& c : cases) check_against_cpu_encoder(c, seed++);
+}
+
+TEST_CASE("append_kv: a slot outside the pool is flagged and never written", "[append_kv][sanitize_pages]") {
+  const Pool pool(1);
+  const int num_slots = pool.num_pages * pool.page_size;
+  const std::vector<int64_t> slots = {3, -2, num_slots, int64_t(1) << 40, -1, num_slots - 1, INT64_MIN};
+  const int tokens = int(slots.size());
+  std::vector<uint16_t> key(size_t(tokens) * pool.kv_heads * pool.head_dim, 0x3C00), value(key.size(), 0x4000);
+  DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
+  DeviceBuffer<int64_t> dslots(slots.size());
+  DeviceBuffer<unsigned char> kc(pool.elements()), vc(pool.elements());
+  DeviceBuffer<uint32_t> errors(1);
+  dkey.upload(key);
+  dvalue.upload(value);
+  dslots.upload(slots);
+  kc.poison(kCachePoison);
+  vc.poison(kCachePoison);
+  errors.poison(0);
+  vxqa::AppendKvParams p;
+  p.key = dkey.get();
+  p.value = dvalue.get();
+  p.key_token_stride = p.value_token_stride = pool.kv_heads * pool.head_dim;
+  p.key_head_stride = p.value_head_stride = pool.head_dim;
+  p.slot_mapping = dslots.get();
+  p.num_tokens = tokens;
+  p.num_kv_heads = pool.kv_heads;
+  p.head_dim = pool.head_dim;
+  p.k_cache = kc.get();
+  p.v_cache = vc.get();
+  p.page_stride = pool.page_stride;
+  p.token_stride = pool.token_stride;
+  p.head_stride = pool.head_stride;
+  p.page_size = pool.page_size;
+  p.num_pages = pool.num_pages;
+  p.errors = errors.get();
+  const vxqa::Status s = vxqa::append_kv(p, 0);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  REQUIRE(errors.download()[0] == uint32_t(vxqa::kAppendErrorBadSlot));
+  const auto k_out = kc.download(), v_out = vc.download();
+  for (int64_t i = 0; i < pool.elements(); ++i) {
+    bool written = false;
+    for (int64_t slot : {int64_t(3), int64_t(num_slots - 1)})
+      for (int h = 0; h < pool.kv_heads; ++h)
+        written |= i >= pool.index(slot, h, 0) && i < pool.index(slot, h, 0) + pool.head_dim;
+    INFO("byte " << i);
+    REQUIRE(k_out[i] == (written ? 0x3C : kCachePoison));  // 1.0 in E5M2
+    REQUIRE(v_out[i] == (written ? 0x40 : kCachePoison));  // 2.0
+  }
+}
+
+TEST_CASE("append_kv validates every field", "[append_kv]") {
+  DeviceBuffer<uint16_t> rows(1024);
+  DeviceBuffer<int64_t> slots(4);
+  DeviceBuffer<unsigned char> cache(1 << 16);
+  vxqa::AppendKvParams good;
+  good.key = good.value = rows.get();
+  good.key_token_stride = good.value_token_stride = 64;
+  good.key_head_stride = good.value_head_stride = 64;
+  good.slot_mapping = slots.get();
+  good.num_tokens = 4;
+  good.num_kv_heads = 1;
+  good.head_dim = 64;
+  good.k_cache = good.v_cache = cache.get();
+  good.page_stride = 16 * 64;
+  good.token_stride = 64;
+  good.head_stride = 64;
+  good.page_size = 16;
+  good.num_pages = 4;
+  REQUIRE(vxqa::validate_append_kv(good).ok());
+  struct Bad {
+    const char* field;
+    void (*spoil)(vxqa::AppendKvParams&);
+  };
+  const Bad bad[] = {
+      {"num_tokens", [](vxqa::AppendKvParams& p) { p.num_tokens = -1; }},
+      {"num_kv_heads", [](vxqa::AppendKvParams& p) { p.num_kv_heads = 0; }},
+      {"head_dim", [](vxqa::AppendKvParams& p) { p.head_dim = 60; }},
+      {"key", [](vxqa::AppendKvParams& p) { p.key = nullptr; }},
+      {"value", [](vxqa::AppendKvParams& p) { p.value = static_cast<const char*>(p.value) + 2; }},
+      {"key_token_stride", [](vxqa::AppendKvParams& p) { p.key_token_stride = 60; }},
+      {"value_head_stride", [](vxqa::AppendKvParams& p) { p.value_head_stride = -8; }},
+      {"slot_mapping", [](vxqa::AppendKvParams& p) { p.slot_mapping = nullptr; }},
+      {"k_cache", [](vxqa::AppendKvParams& p) { p.k_cache = nullptr; }},
+      {"v_cache", [](vxqa::AppendKvParams& p) { p.v_cache = static_cast<char*>(p.v_cache) + 8; }},
+      {"page_size", [](vxqa::AppendKvParams& p) { p.page_size = 0; }},
+      {"num_pages", [](vxqa::AppendKvParams& p) { p.num_pages = 0; }},
+      {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 8; }},
+      {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 0; }},
+      {"page_stride", [](vxqa::AppendKvParams& p) { p.page_stride = 0; }},
+      {"head_stride", [](vxqa::AppendKvParams& p) { p.head_stride = 24; }},
+      {"k_scale", [](vxqa::AppendKvParams& p) { p.k_scale = 0.f; }},
+      {"v_scale", [](vxqa::AppendKvParams& p) { p.v_scale = NAN; }},
+      {"errors", [](vxqa::AppendKvParams& p) { p.errors = reinterpret_cast<uint32_t*>(2); }},
+  };
+  for (const Bad& b : bad) {
+    vxqa::AppendKvParams p = good;
+    b.spoil(p);
+    const vxqa::Status s = vxqa::validate_append_kv(p);
+    INFO("spoiled " << b.field << ": " << s.message());
+    REQUIRE_FALSE(s.ok());
+    REQUIRE(s.field() == b.field);
+    REQUIRE(vxqa::append_kv(p, 0).field() == b.field);  // append_kv validates first
+  }
+}
+
+TEST_CASE("append_kv then decode equals the float64 reference over the written cache", "[append_kv]") {
+  using Config = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
+  for (uint64_t seed : {950u, 951u, 952u}) {
+    auto o = vxqa_test::aligned_options<Config>();
+    o.batch = 3;
+    o.kv_heads = 2;
+    o.group = 4;
+    o.page_size = seed == 950 ? 16 : 7;
+    o.max_seq_len = 300;
+    const vxqa::reference::RandomProblem p = vxqa::reference::make_random_problem(o, seed);
+    // The new rows: every live token's K/V as fp16 (E5M2 decodes exactly to fp16, so
+    // append_kv must give back the very codes), the cache's live rows poisoned with NaN.
+    std::vector<int64_t> slots;
+    std::vector<uint16_t> key, value;
+    std::vector<unsigned char> cache = p.cache;
+    for (int b = 0; b < p.batch; ++b)
+      for (int t = 0; t < p.seq_lens[b]; ++t) {
+        slots.push_back(int64_t(p.block_table[b * p.table_stride + t / p.page_size]) * p.page_size + t % p.page_size);
+        for (int h = 0; h < p.kv_heads; ++h)
+          for (int d = 0; d < p.head_dim; ++d) {
+            key.push_back(vxqa::reference::fp16_from_double(p.k_at(b, t, h, d)));
+            value.push_back(vxqa::reference::fp16_from_double(p.v_at(b, t, h, d)));
+            cache[p.k_offset + p.element_index(b, t, h, d)] = 0x7F;
+            cache[p.v_offset + p.element_index(b, t, h, d)] = 0x7F;
+          }
+      }
+    vxqa_test::DeviceProblem d(p);
+    d.cache.upload(cache);
+    DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
+    DeviceBuffer<int64_t> dslots(slots.size());
+    dkey.upload(key);
+    dvalue.upload(value);
+    dslots.upload(slots);
+    vxqa::DecodeParams dp = vxqa_test::make_params(p, d, nullptr, nullptr);
+    vxqa::AppendKvParams ap;
+    ap.key = dkey.get();
+    ap.value = dvalue.get();
+    ap.key_token_stride = ap.value_token_stride = int64_t(p.kv_heads) * p.head_dim;
+    ap.key_head_stride = ap.value_head_stride = p.head_dim;
+    ap.slot_mapping = dslots.get();
+    ap.num_tokens = int(slots.size());
+    ap.num_kv_heads = p.kv_heads;
+    ap.head_dim = p.head_dim;
+    ap.k_cache = const_cast<void*>(dp.k_cache);
+    ap.v_cache = const_cast<void*>(dp.v_cache);
+    ap.page_stride = dp.page_stride;
+    ap.token_stride = dp.token_stride;
+    ap.head_stride = dp.head_stride;
+    ap.page_size = dp.page_size;
+    ap.num_pages = dp.num_pages;
+    INFO("seed " << seed << " page " << p.page_size << " tokens " << slots.size());
+    const vxqa::Status s = vxqa::append_kv(ap, 0);
+    INFO(s.message());
+    REQUIRE(s.ok());
+    VXQA_CUDA_CHECK_LAUNCH();
+    int max_len = 1;
+    for (int len : p.seq_lens) max_len = std::max(max_len, len);
+    const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, max_len);
+    vxqa_test::check_against_reference(p, vxqa_test::run_params<Config>(dp, plan, p.batch));
+  }
+}
