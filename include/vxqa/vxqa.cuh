@@ -13,4 +13,5 @@
 #if !defined(__CUDACC_RTC__)
 #include <vxqa/api/append_kv.cuh>
 #include <vxqa/api/decode.cuh>
+#include <vxqa/api/decoder.cuh>
 #endif

@@ -1,0 +1,151 @@
+// vxqa/api/decoder.cuh — decode without choosing a Config at compile time: a Decoder is
+// made once from the model's shape, picks the instantiation that fits (from a list the
+// user may replace), owns its plan and workspace, and launches it every step.
+//
+//   vxqa::DecoderShape shape;  // head_dim, cache_type, page_size, heads, group, capacity
+//   vxqa::Decoder<> decoder;
+//   Status s = decoder.init(shape);          // once: plan, workspace, shared-memory opt-in
+//   s = decoder.decode(params, stream);      // every step (capturable in a CUDA graph)
+//
+// Choice: the first Config of the list with the shape's head dim and cache type whose
+// compile-time page size equals the shape's; else the first such with a run-time page size
+// (0). None: init fails naming the field. Every Config of the list is instantiated (its
+// kernels compiled) where a Decoder<List> is used, so a short list builds faster.
+#pragma once
+#include <cuda_runtime.h>
+#include <string>
+#include <vxqa/api/decode.cuh>
+#include <vxqa/kernel/config.cuh>
+
+namespace vxqa {
+
+template <class... Configs>
+struct ConfigList {};
+
+// What the default Decoder can run: head dims 64, 128, 256, E5M2 and fp16 caches, page 16
+// at compile time (vLLM's default) and any other page size at run time.
+using DefaultDecoderConfigs =
+    ConfigList<DecodeConfig<64, KvType::kE5M2, 4, 1, 16>, DecodeConfig<128, KvType::kE5M2, 4, 1, 16>,
+               DecodeConfig<256, KvType::kE5M2, 4, 1, 16>, DecodeConfig<64, KvType::kE5M2>,
+               DecodeConfig<128, KvType::kE5M2>, DecodeConfig<256, KvType::kE5M2>, DecodeConfig<64, KvType::kFp16>,
+               DecodeConfig<128, KvType::kFp16>, DecodeConfig<256, KvType::kFp16, 2>>;
+
+// The model's shape and the capacity the plan is made for.
+struct DecoderShape {
+  int head_dim = 0;
+  KvType cache_type = KvType::kE5M2;
+  int page_size = 0;
+  int num_kv_heads = 0;
+  int group_size = 0;
+  int max_batch = 0;
+  int max_context = 0;
+};
+
+template <class List = DefaultDecoderConfigs>
+class Decoder;
+
+template <class... Configs>
+class Decoder<ConfigList<Configs...>> {
+  static_assert(sizeof...(Configs) > 0, "Decoder: the Config list is empty");
+
+ public:
+  Decoder() = default;
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+  ~Decoder() { release(); }
+
+  // Picks the Config, makes the plan for the current device, allocates the workspace and
+  // sets the kernel's shared-memory opt-in (once per device and Config).
+  Status init(const DecoderShape& shape) {
+    release();
+    if (shape.head_dim < 1) return Status::invalid("head_dim", "must be >= 1");
+    if (shape.page_size < 1) return Status::invalid("page_size", "must be >= 1");
+    int index = find(shape, true);
+    if (index < 0) index = find(shape, false);
+    if (index < 0)
+      return Status::invalid("head_dim", "no Config of the Decoder's list takes head dim " +
+                                             std::to_string(shape.head_dim) + " with a " +
+                                             (shape.cache_type == KvType::kE5M2 ? "E5M2" : "fp16") +
+                                             " cache and page size " + std::to_string(shape.page_size));
+    const Entry& e = entries()[index];
+    DecodePlan plan;
+    Status s = e.plan(shape, &plan);
+    if (!s.ok()) return s;
+    void* ws = nullptr;
+    const cudaError_t err = cudaMalloc(&ws, plan.workspace_bytes);
+    if (err != cudaSuccess) return Status::cuda("cudaMalloc (workspace)", cudaGetErrorString(err));
+    entry_ = &e;
+    plan_ = plan;
+    workspace_ = ws;
+    return Status();
+  }
+
+  // One step: `params` must match the shape given to init (validate checks it against the
+  // chosen Config and the plan). Never synchronises.
+  Status decode(const DecodeParams& params, cudaStream_t stream) const {
+    if (!entry_) return Status::invalid("decoder", "init() has not succeeded");
+    return entry_->decode(params, plan_, workspace_, plan_.workspace_bytes, stream);
+  }
+
+  // The error bits of the last step on `stream` (synchronises: for checks, not the loop).
+  Status read_errors(cudaStream_t stream, uint32_t* errors) const {
+    if (!entry_) return Status::invalid("decoder", "init() has not succeeded");
+    return read_decode_errors(workspace_, stream, errors);
+  }
+
+  bool ready() const { return entry_ != nullptr; }
+  const DecodePlan& plan() const { return plan_; }
+  const void* workspace() const { return workspace_; }
+  // The chosen Config, e.g. "D128 e5m2 W4 page16".
+  std::string config_name() const { return entry_ ? entry_->name() : std::string(); }
+
+ private:
+  struct Entry {
+    int head_dim;
+    KvType kv;
+    int page_size;  // 0: run time
+    Status (*plan)(const DecoderShape&, DecodePlan*);
+    Status (*decode)(const DecodeParams&, const DecodePlan&, void*, size_t, cudaStream_t);
+    std::string (*name)();
+  };
+
+  template <class Config>
+  static Entry entry_for() {
+    return Entry{Config::kHeadDim, Config::kKv, Config::kPageSize,
+                 [](const DecoderShape& s, DecodePlan* plan) {
+                   return make_decode_plan<Config>(s.max_batch, s.max_context, s.num_kv_heads, s.group_size, plan);
+                 },
+                 &vxqa::decode<Config>,
+                 [] {
+                   return "D" + std::to_string(Config::kHeadDim) + " " + KvTraits<Config::kKv>::kName + " W" +
+                          std::to_string(Config::kWarps) +
+                          (Config::kPageSize ? " page" + std::to_string(Config::kPageSize) : std::string(" page*"));
+                 }};
+  }
+
+  static const Entry* entries() {
+    static const Entry table[] = {entry_for<Configs>()...};
+    return table;
+  }
+
+  static int find(const DecoderShape& s, bool exact_page) {
+    for (int i = 0; i < int(sizeof...(Configs)); ++i) {
+      const Entry& e = entries()[i];
+      if (e.head_dim != s.head_dim || e.kv != s.cache_type) continue;
+      if (exact_page ? e.page_size == s.page_size : e.page_size == 0) return i;
+    }
+    return -1;
+  }
+
+  void release() {
+    if (workspace_) cudaFree(workspace_);
+    workspace_ = nullptr;
+    entry_ = nullptr;
+  }
+
+  const Entry* entry_ = nullptr;
+  DecodePlan plan_{};
+  void* workspace_ = nullptr;
+};
+
+}  // namespace vxqa

@@ -1,0 +1,141 @@
+// Decoder: the run-time entry point picks the Config of its list that fits the shape (a
+// compile-time page size when one matches, else the run-time one), owns plan and workspace,
+// decodes like the Config path (against the float64 reference, eagerly and replayed in a
+// CUDA graph while the lengths change), and names the field when nothing fits.
+#include "gpu/decode_harness.cuh"
+
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 1, 16>,
+                              vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>,
+                              vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 2>>;
+
+vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_context) {
+  vxqa::DecoderShape s;
+  s.head_dim = p.head_dim;
+  s.cache_type = p.format == vxqa::reference::KvFormat::kE5M2 ? vxqa::KvType::kE5M2 : vxqa::KvType::kFp16;
+  s.page_size = p.page_size;
+  s.num_kv_heads = p.kv_heads;
+  s.group_size = p.group;
+  s.max_batch = p.batch;
+  s.max_context = max_context;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]") {
+  struct Want {
+    int head_dim, page;
+    vxqa::reference::KvFormat format;
+    const char* config;
+  };
+  const Want cases[] = {{64, 16, vxqa::reference::KvFormat::kE5M2, "D64 e5m2 W4 page16"},
+                        {64, 7, vxqa::reference::KvFormat::kE5M2, "D64 e5m2 W4 page*"},
+                        {128, 32, vxqa::reference::KvFormat::kFp16, "D128 fp16 W2 page*"}};
+  uint64_t seed = 1200;
+  for (const Want& w : cases) {
+    vxqa::reference::RandomProblemOptions o;
+    o.head_dim = w.head_dim;
+    o.format = w.format;
+    o.stride_align = w.format == vxqa::reference::KvFormat::kE5M2 ? 16 : 8;
+    o.page_size = w.page;
+    o.batch = 3;
+    o.kv_heads = 2;
+    o.group = 3;
+    o.max_seq_len = 700;
+    const auto p = vxqa::reference::make_random_problem(o, seed++);
+    vxqa_test::DeviceProblem d(p);
+    vxqa::Decoder<List> decoder;
+    const vxqa::Status s = decoder.init(shape_of(p, 1000));
+    INFO(s.message());
+    REQUIRE(s.ok());
+    REQUIRE(decoder.config_name() == w.config);
+
+    vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
+    vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
+    out.poison(vxqa_test::kNanPoison);
+    lse.poison(vxqa_test::kNanPoison);
+    const vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
+    const vxqa::Status run = decoder.decode(params, 0);
+    INFO(run.message());
+    REQUIRE(run.ok());
+    VXQA_CUDA_CHECK_LAUNCH();
+    vxqa_test::DecodeResult r;
+    r.out = out.download();
+    r.lse = lse.download();
+    REQUIRE(decoder.read_errors(0, &r.errors).ok());
+    vxqa_test::check_against_reference(p, r);
+  }
+}
+
+TEST_CASE("Decoder in a CUDA graph follows the lengths at every replay", "[decoder]") {
+  vxqa::reference::RandomProblemOptions o;
+  o.head_dim = 64;
+  o.stride_align = 16;
+  o.page_size = 16;
+  o.batch = 4;
+  o.kv_heads = 1;
+  o.group = 6;
+  o.min_seq_len = 600;
+  o.max_seq_len = 900;
+  const auto p = vxqa::reference::make_random_problem(o, 1300);
+  vxqa_test::DeviceProblem d(p);
+  vxqa::Decoder<List> decoder;
+  REQUIRE(decoder.init(shape_of(p, 1024)).ok());
+  vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
+  vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
+  const vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
+  cudaStream_t stream;
+  VXQA_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  VXQA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const vxqa::Status captured = decoder.decode(params, stream);
+  VXQA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  INFO(captured.message());
+  REQUIRE(captured.ok());
+  VXQA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // Shorter lengths at each replay: the graph reads them on the device.
+  auto q = p;
+  for (int step = 0; step < 3; ++step) {
+    for (int b = 0; b < q.batch; ++b) q.seq_lens[b] = std::max(0, p.seq_lens[b] - 137 * step - 11 * b);
+    d.lens.upload(q.seq_lens);
+    out.poison(vxqa_test::kNanPoison);
+    lse.poison(vxqa_test::kNanPoison);
+    VXQA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    VXQA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    vxqa_test::DecodeResult r;
+    r.out = out.download();
+    r.lse = lse.download();
+    REQUIRE(decoder.read_errors(stream, &r.errors).ok());
+    INFO("replay " << step);
+    vxqa_test::check_against_reference(q, r);
+  }
+  VXQA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  VXQA_CUDA_CHECK(cudaGraphDestroy(graph));
+  VXQA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("Decoder names the field when no Config fits, and refuses to decode before init", "[decoder]") {
+  vxqa::Decoder<List> decoder;
+  vxqa::DecodeParams params;
+  REQUIRE(decoder.decode(params, 0).field() == "decoder");
+  vxqa::DecoderShape s;
+  s.head_dim = 256;
+  s.page_size = 16;
+  s.num_kv_heads = 1;
+  s.group_size = 1;
+  s.max_batch = 1;
+  s.max_context = 100;
+  const vxqa::Status none = decoder.init(s);
+  INFO(none.message());
+  REQUIRE(none.field() == "head_dim");
+  REQUIRE_FALSE(decoder.ready());
+  s.head_dim = 64;
+  s.max_batch = 0;
+  REQUIRE(decoder.init(s).field() == "max_batch");
+}
