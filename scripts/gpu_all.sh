@@ -34,7 +34,7 @@ step_build() {
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_demo} >"$out/build.log" 2>&1
+      vxqa_decode_bench vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -49,6 +49,8 @@ step_suite() {  # both variants at once: they share the GPU, each checks its own
     ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1 &
   done
   wait
+  ./build-gpu/examples/vxqa_custom_config >"$out/example.log" 2>&1
+  note "example custom_config: rc $?: $(tail -1 "$out/example.log")"
   for v in $variants; do
     v=${v#_}; v=${v:+_$v}
     note "suite$v: $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
