@@ -139,3 +139,31 @@ TEST_CASE("Decoder names the field when no Config fits, and refuses to decode be
   s.max_batch = 0;
   REQUIRE(decoder.init(s).field() == "max_batch");
 }
+
+TEST_CASE("decode reads k/v scales from device pointers when given", "[decoder]") {
+  using Config = vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>;
+  auto o = vxqa_test::aligned_options<Config>();
+  o.batch = 3;
+  o.kv_heads = 2;
+  o.group = 5;
+  o.max_seq_len = 2000;
+  o.k_scale = 0.37f;
+  o.v_scale = 2.5f;
+  const auto p = vxqa::reference::make_random_problem(o, 1400);
+  vxqa_test::DeviceProblem d(p);
+  vxqa_test::DeviceBuffer<float> scales(2);
+  scales.upload({p.k_scale, p.v_scale});
+  vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.k_scale = params.v_scale = -1.f;  // ignored: the pointers win
+  params.k_scale_ptr = scales.get();
+  params.v_scale_ptr = scales.get() + 1;
+  for (int chunk : {0, 128}) {  // one chunk (no combine) and several
+    const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, 2000, chunk ? chunk : 2048);
+    INFO("chunks " << plan.num_chunks);
+    vxqa_test::check_against_reference(p, vxqa_test::run_params<Config>(params, plan, p.batch));
+  }
+  params.k_scale_ptr = reinterpret_cast<const float*>(reinterpret_cast<const char*>(scales.get()) + 2);
+  const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, 2000);
+  vxqa_test::DeviceBuffer<unsigned char> ws(plan.workspace_bytes);
+  REQUIRE(vxqa::validate<Config>(params, plan, ws.get(), plan.workspace_bytes).field() == "k_scale_ptr");
+}

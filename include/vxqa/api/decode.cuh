@@ -57,8 +57,10 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.max_context = plan.max_context;
   a.chunk_tokens = plan.chunk_tokens;
   a.num_chunks = plan.num_chunks;
-  a.qk_scale_log2 = p.softmax_scale * p.k_scale * 1.4426950408889634f;
+  a.qk_scale_log2 = p.softmax_scale * (p.k_scale_ptr ? 1.f : p.k_scale) * 1.4426950408889634f;
   a.v_scale = p.v_scale;
+  a.k_scale_ptr = p.k_scale_ptr;
+  a.v_scale_ptr = p.v_scale_ptr;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const size_t slots = size_t(plan.max_batch) * p.num_kv_heads * p.group_size * plan.num_chunks;
   a.errors = reinterpret_cast<uint32_t*>(ws);

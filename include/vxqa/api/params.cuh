@@ -40,6 +40,10 @@ struct DecodeParams {
   int head_dim = 0;
   float k_scale = 1.f;  // real K = stored K * k_scale
   float v_scale = 1.f;
+  // Device fp32 scalars, read by the kernels at every launch instead of k_scale / v_scale
+  // when given: a captured graph then follows scale updates.
+  const float* k_scale_ptr = nullptr;
+  const float* v_scale_ptr = nullptr;
   float softmax_scale = 0.f;
 };
 

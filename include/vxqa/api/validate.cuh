@@ -140,11 +140,15 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (!aligned(p.seq_lens, 4)) return Status::invalid("seq_lens", "must be 4-byte aligned");
 
   // Scales.
-  if (!std::isfinite(p.k_scale) || p.k_scale <= 0.f) return Status::invalid("k_scale", "must be finite and > 0");
-  if (!std::isfinite(p.v_scale) || p.v_scale <= 0.f) return Status::invalid("v_scale", "must be finite and > 0");
+  if (!p.k_scale_ptr && (!std::isfinite(p.k_scale) || p.k_scale <= 0.f))
+    return Status::invalid("k_scale", "must be finite and > 0");
+  if (!p.v_scale_ptr && (!std::isfinite(p.v_scale) || p.v_scale <= 0.f))
+    return Status::invalid("v_scale", "must be finite and > 0");
+  if (p.k_scale_ptr && !aligned(p.k_scale_ptr, 4)) return Status::invalid("k_scale_ptr", "must be 4-byte aligned");
+  if (p.v_scale_ptr && !aligned(p.v_scale_ptr, 4)) return Status::invalid("v_scale_ptr", "must be 4-byte aligned");
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.f)
     return Status::invalid("softmax_scale", "must be finite and > 0");
-  const float qk_scale = p.softmax_scale * p.k_scale * 1.4426950408889634f;  // as the kernel uses it
+  const float qk_scale = p.softmax_scale * (p.k_scale_ptr ? 1.f : p.k_scale) * 1.4426950408889634f;  // as the kernel
   if (!std::isfinite(qk_scale) || qk_scale <= 0.f)
     return Status::invalid("softmax_scale", "softmax_scale * k_scale must be finite and > 0 in fp32");
 

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   // Live tokens whose scores are all -inf: no chunk has weight (m = -inf), the softmax is
   // 0/0. A NaN factor makes every output NaN (a select per output made ptxas 12.8 spill).
   const bool undefined = chunks > 0 && m == negative_infinity();
-  const float v_scale = undefined ? quiet_nan() : a.v_scale;
+  const float v_scale = undefined ? quiet_nan() : v_scale_of(a);
   out[threadIdx.x] = __float2half_rn(chunks > 0 ? o / sum * v_scale : 0.f);
   if (threadIdx.x == 0 && lse)
     *lse = undefined ? quiet_nan() : chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();

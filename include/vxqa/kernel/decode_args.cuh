@@ -37,13 +37,23 @@ struct DecodeKernelArgs {
   int chunk_tokens;  // split-KV chunk, aligned to absolute token positions
   int num_chunks;    // ceil(max_context / chunk_tokens); 1 = no combine
 
-  float qk_scale_log2;  // softmax_scale * k_scale * log2(e)
+  float qk_scale_log2;  // softmax_scale * log2(e), times k_scale unless k_scale_ptr is given
   float v_scale;
+  const float* k_scale_ptr;  // device scalars read at each launch (a captured graph follows
+  const float* v_scale_ptr;  // their updates), or null: the values above
 
   float* partial_o;    // [max_batch, Hq, num_chunks, D], O of a chunk divided by its sum
   float* partial_lse;  // [max_batch, Hq, num_chunks], base-2 log-sum-exp of a chunk
   uint32_t* errors;    // DecodeError bits
 };
+
+#if VXQA_IS_CUDA_COMPILER
+// The scales a launch uses: from the device scalars when given.
+VXQA_DEVICE float qk_scale_log2_of(const DecodeKernelArgs& a) {
+  return a.k_scale_ptr ? a.qk_scale_log2 * *a.k_scale_ptr : a.qk_scale_log2;
+}
+VXQA_DEVICE float v_scale_of(const DecodeKernelArgs& a) { return a.v_scale_ptr ? *a.v_scale_ptr : a.v_scale; }
+#endif
 
 // A length the kernels may use; anything else is flagged and yields NaN outputs.
 VXQA_HD bool length_is_valid(int len, const DecodeKernelArgs& a) {

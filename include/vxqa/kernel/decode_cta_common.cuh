@@ -79,7 +79,7 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
-    const float value = bad_page ? nan : w.live() ? o / l * a.v_scale : 0.f;
+    const float value = bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
     a.out[w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
     if (dim == 0 && a.lse) {
       const float lse = bad_page ? nan : !w.live() ? negative_infinity()

@@ -125,6 +125,7 @@ struct DecodeCtaSm80 {
         return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
       }
     };
+    const float qk_scale = qk_scale_log2_of(a);
     auto stage = [&](int slot) { return warp_area + slot * Config::kSm80StageBytes; };
     auto next = [](int slot) { return slot + 1 == kStages ? 0 : slot + 1; };
     auto issue = [&](int j, int64_t offset, int slot) {  // one commit group per tile, empty past the end
@@ -157,7 +158,7 @@ struct DecodeCtaSm80 {
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        s[e] = row0 + (e >> 1) * 8 < work.end ? s[e] * a.qk_scale_log2 : negative_infinity();
+        s[e] = row0 + (e >> 1) * 8 < work.end ? s[e] * qk_scale : negative_infinity();
       uint32_t p[2];
       float alpha[2];
       softmax::register_softmax_step(st, s, p, alpha);

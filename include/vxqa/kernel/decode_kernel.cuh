@@ -105,7 +105,7 @@ struct DecodeCta {
             publisher.publish();
             float s[8];
             Qk::run(q_tile, publisher.tile, s);
-            store_scores(s, tiles.start(j), work.end, a.qk_scale_log2, s_tile);
+            store_scores(s, tiles.start(j), work.end, qk_scale_log2_of(a), s_tile);
             __syncwarp();
             row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
             __syncwarp();
