@@ -96,6 +96,7 @@ step_experiment() {
 step_ncu() {  # decode and combine of the seed shape and of B16 x 1K: every section, and stalls per SASS line
   for shape in ${VXQA_NCU_SHAPES:-0 3}; do
     start=$SECONDS
+    [ $((deadline - SECONDS)) -lt 40 ] && { note "ncu shape $shape: not run (deadline)"; continue; }
     timeout 200 ncu --clock-control none --set full --import-source no -f -o "$out/profile$shape" \
       --kernel-name regex:"decode_kernel|combine_kernel" --launch-skip 40 --launch-count 2 \
       ./build-gpu/bench/vxqa_decode_bench --profile --shape $shape >"$out/ncu-run$shape.log" 2>&1
@@ -109,7 +110,10 @@ step_ncu() {  # decode and combine of the seed shape and of B16 x 1K: every sect
 
 step_contexts() {  # % of copy against context length (and FlashInfer on the same lengths, if carried)
   start=$SECONDS
-  ./build-gpu/bench/vxqa_decode_bench --contexts --json "$out/contexts.json" --commit "$commit" >"$out/contexts.log" 2>&1
+  left=$((deadline - SECONDS))
+  [ $left -lt 30 ] && { note "contexts: not run (deadline)"; return; }
+  timeout "$left" ./build-gpu/bench/vxqa_decode_bench --contexts --json "$out/contexts.json" --commit "$commit" \
+    >"$out/contexts.log" 2>&1
   note "contexts: rc $?, $((SECONDS - start)) s"
   cat "$out/contexts.log"
 }
