@@ -140,6 +140,7 @@ struct DecodeConfig {
                                          mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
   static_assert(AsyncStages == 0 || (AsyncStages >= 2 && AsyncStages <= 8),
                 "DecodeConfig: AsyncStages is 0 (auto) or 2..8");
+  static constexpr int kAsyncStages = AsyncStages;
   static constexpr int kSm80Stages = AsyncStages                                         ? AsyncStages
                                      : Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget ? 4
                                      : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
