@@ -25,6 +25,13 @@ vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_con
   return s;
 }
 
+// The plan's capacity: the longest sequence (the problem's block table holds no more).
+int max_length(const vxqa::reference::RandomProblem& p) {
+  int len = 1;
+  for (int l : p.seq_lens) len = std::max(len, l);
+  return len;
+}
+
 }  // namespace
 
 TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]") {
@@ -50,7 +57,7 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
     const auto p = vxqa::reference::make_random_problem(o, seed++);
     vxqa_test::DeviceProblem d(p);
     vxqa::Decoder<List> decoder;
-    const vxqa::Status s = decoder.init(shape_of(p, 1000));
+    const vxqa::Status s = decoder.init(shape_of(p, max_length(p)));
     INFO(s.message());
     REQUIRE(s.ok());
     REQUIRE(decoder.config_name() == w.config);
@@ -85,7 +92,7 @@ TEST_CASE("Decoder in a CUDA graph follows the lengths at every replay", "[decod
   const auto p = vxqa::reference::make_random_problem(o, 1300);
   vxqa_test::DeviceProblem d(p);
   vxqa::Decoder<List> decoder;
-  REQUIRE(decoder.init(shape_of(p, 1024)).ok());
+  REQUIRE(decoder.init(shape_of(p, max_length(p))).ok());
   vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
   vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
   const vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
@@ -157,13 +164,14 @@ TEST_CASE("decode reads k/v scales from device pointers when given", "[decoder]"
   params.k_scale = params.v_scale = -1.f;  // ignored: the pointers win
   params.k_scale_ptr = scales.get();
   params.v_scale_ptr = scales.get() + 1;
-  for (int chunk : {0, 128}) {  // one chunk (no combine) and several
-    const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, 2000, chunk ? chunk : 2048);
+  const int max_len = max_length(p), whole = (max_len + 127) / 128 * 128;
+  for (int chunk : {whole, 128}) {  // one chunk (no combine) and several
+    const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, max_len, chunk);
     INFO("chunks " << plan.num_chunks);
     vxqa_test::check_against_reference(p, vxqa_test::run_params<Config>(params, plan, p.batch));
   }
   params.k_scale_ptr = reinterpret_cast<const float*>(reinterpret_cast<const char*>(scales.get()) + 2);
-  const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, 2000);
+  const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, max_len);
   vxqa_test::DeviceBuffer<unsigned char> ws(plan.workspace_bytes);
   REQUIRE(vxqa::validate<Config>(params, plan, ws.get(), plan.workspace_bytes).field() == "k_scale_ptr");
 }
