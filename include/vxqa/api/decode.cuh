@@ -97,10 +97,13 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
   return Status();
 }
 
-// A plan for the current device: its SM count, and as many CTAs per SM as the body the
-// device runs (decode_smem_bytes) keeps resident — the SM80 body's chunks then fill one
-// wave at full capacity, each at least kSm80PlanMinChunkRounds CTA rounds long. Same
+// A plan for the current device: its SM count, and for the SM80 body the CTAs per SM it
+// keeps resident (decode_smem_bytes' shared memory), at most kSm80PlanCtasPerSm: its chunks
+// then fill one wave at full capacity, each at least kSm80PlanMinChunkRounds CTA rounds
+// long. Measured (docs/performance.md): D = 128 keeps 3 CTAs an SM resident, and planning
+// for 3 (256-token chunks) took 26.5 us where 2 (512-token chunks) took 23.4 us. Same
 // contract as the make_decode_plan above.
+inline constexpr int kSm80PlanCtasPerSm = 2;
 inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 2 tiles
 
 template <class Config>
@@ -117,7 +120,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
     if (err != cudaSuccess)
       return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
-    if (resident < 1) resident = 1;
+    resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
   }
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident,
                                   sm80_body ? kSm80PlanMinChunkRounds : 1);
