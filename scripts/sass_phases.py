@@ -177,7 +177,8 @@ def main():
             k = sass_audit.Kernel(name)
             k.instructions = [(a, o, t) for a, o, t, _ in kernels[name]]
             loop = k.main_loop()
-            title = demangled.get(name, name).replace("void vxqa::decode_kernel<vxqa::", "").rstrip(">(vxqa::DecodeKernelArgs)")
+            title = re.sub(r"^void vxqa::decode_kernel<vxqa::|>\s*>?\(vxqa::DecodeKernelArgs\)$", "",
+                           demangled.get(name, name))
             title = re.sub(r"\(vxqa::[\w:]+\)", "", title)
             if not loop:
                 print("%-10s %-6s %-60s  no main loop found" % (os.path.basename(path)[:10], arch, title[:60]))

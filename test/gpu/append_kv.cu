@@ -294,6 +294,7 @@ TEST_CASE("append_kv validates every field", "[append_kv]") {
       {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 8; }},
       {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 0; }},
       {"page_stride", [](vxqa::AppendKvParams& p) { p.page_stride = 0; }},
+      {"page_stride", [](vxqa::AppendKvParams& p) { p.page_stride = 64; }},  // pages overlap
       {"head_stride", [](vxqa::AppendKvParams& p) { p.head_stride = 24; }},
       {"k_scale", [](vxqa::AppendKvParams& p) { p.k_scale = 0.f; }},
       {"v_scale", [](vxqa::AppendKvParams& p) { p.v_scale = NAN; }},

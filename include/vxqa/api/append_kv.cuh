@@ -10,11 +10,14 @@
 // with any strides (elements), K and V sharing them, exactly as DecodeParams describes it.
 // Stored = x / scale, rounded to nearest even in the cache's type: E5M2 saturates to
 // ±57344 (cuda_fp8.h's __NV_SATFINITE, bit for bit), fp16 as __float2half_rn. With scale 1
-// an fp16 input into an fp16 cache is copied as is. Never synchronises; graph-capturable.
+// an fp16 input into an fp16 cache keeps every value (a NaN comes back as the GPU's
+// canonical NaN, 0x7FFF). Input strides are >= 0; cache strides may be negative, as in
+// DecodeParams. Never synchronises; graph-capturable.
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vxqa/api/params.cuh>
 #include <vxqa/api/validate.cuh>
@@ -82,15 +85,18 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (p.num_pages < 1) return Status::invalid("num_pages", "must be >= 1: the pages in the K/V pool");
   const struct { const char* name; int64_t stride; } cache_strides[] = {
       {"page_stride", p.page_stride}, {"token_stride", p.token_stride}, {"head_stride", p.head_stride}};
-  for (const auto& s : cache_strides)
-    if (s.stride < 0 || (s.stride * eb) % 16)
-      return Status::invalid(s.name, str(s.stride) + " must be >= 0 and a multiple of 16 bytes");
+  for (const auto& s : cache_strides)  // signed, as DecodeParams allows
+    if ((s.stride * eb) % 16) return Status::invalid(s.name, str(s.stride) + " must be a multiple of 16 bytes");
   if (const int bad = detail::overlapping_stride(p.token_stride, p.page_size, p.head_stride, p.num_kv_heads,
                                                   p.head_dim))
     return Status::invalid(bad == 1 ? "token_stride" : "head_stride",
                            "token rows of one page overlap (stride too small, or 0)");
-  if (p.num_pages > 1 && p.page_stride == 0)
-    return Status::invalid("page_stride", "is 0: every page would be the same memory");
+  // Pages must not share bytes either: a write to one slot would land in another's row.
+  const int64_t page_extent = (p.page_size - 1) * std::llabs(p.token_stride) +
+                              int64_t(p.num_kv_heads - 1) * std::llabs(p.head_stride) + p.head_dim;
+  if (p.num_pages > 1 && std::llabs(p.page_stride) < page_extent)
+    return Status::invalid("page_stride", str(p.page_stride) + " is smaller than a page's extent (" +
+                                              str(page_extent) + " elements): pages would overlap");
   if (!p.k_scale_ptr && !(std::isfinite(p.k_scale) && p.k_scale > 0.f))
     return Status::invalid("k_scale", "must be finite and > 0");
   if (!p.v_scale_ptr && !(std::isfinite(p.v_scale) && p.v_scale > 0.f))

@@ -104,7 +104,7 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
 // for 3 (256-token chunks) took 26.5 us where 2 (512-token chunks) took 23.4 us. Same
 // contract as the make_decode_plan above.
 inline constexpr int kSm80PlanCtasPerSm = 2;
-inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 2 tiles
+inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 4 of its 16-token tiles
 
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan) {
