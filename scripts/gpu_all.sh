@@ -42,17 +42,16 @@ step_build() {
 
 step_suite() {  # both variants at once: they share the GPU, each checks its own results
   start=$SECONDS
-  variants=""
-  for s in ${VXQA_SUITES:-default sm70}; do variants+=" $([ "$s" = sm70 ] && echo _sm70 || echo _)"; done
-  for v in $variants; do
-    v=${v#_}; v=${v:+_$v}
+  suffix() { [ "$1" = sm70 ] && echo _sm70; }  # the binary's suffix of a suite name
+  for s in ${VXQA_SUITES:-default sm70}; do
+    v=$(suffix "$s")
     ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1 &
   done
   wait
   ./build-gpu/examples/vxqa_custom_config >"$out/example.log" 2>&1
   note "example custom_config: rc $?: $(tail -1 "$out/example.log")"
-  for v in $variants; do
-    v=${v#_}; v=${v:+_$v}
+  for s in ${VXQA_SUITES:-default sm70}; do
+    v=$(suffix "$s")
     note "suite$v: $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
   done
 }

@@ -4,6 +4,7 @@
 // was (slot -1, bad slots, padding), bad slots flagged; and end to end: a random problem's
 // cache written by append_kv, then decoded, equals the float64 reference over that cache.
 #include "gpu/decode_harness.cuh"
+#include "gpu/host_tile.h"
 
 #include <cuda_bf16.h>
 #include <algorithm>
@@ -16,15 +17,9 @@
 namespace {
 
 using vxqa_test::DeviceBuffer;
+using vxqa_test::Rng;
 
 constexpr unsigned char kCachePoison = 0x5A;
-
-struct Rng {
-  std::mt19937_64 g;
-  explicit Rng(uint64_t seed) : g(seed) {}
-  double uniform(double lo, double hi) { return lo + (hi - lo) * (double(g() >> 11) * 0x1.0p-53); }
-  uint64_t below(uint64_t n) { return g() % n; }
-};
 
 uint16_t act_bits(double x, vxqa::ActType t) {
   if (t == vxqa::ActType::kFp16) return vxqa::reference::fp16_from_double(x);

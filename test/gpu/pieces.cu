@@ -9,6 +9,7 @@
 // poisoned (0xFF, or 0x5A for the byte-exact staging check), so a read of a byte the layout
 // does not fill, or an output element no lane writes, shows up.
 #include "gpu/decode_harness.cuh"
+#include "gpu/host_tile.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,54 +21,14 @@
 namespace {
 
 using vxqa_test::DeviceBuffer;
-using vxqa::reference::e5m2_from_double;
-using vxqa::reference::e5m2_to_double;
+using vxqa_test::HostTile;
+using vxqa_test::poison_smem;
+using vxqa_test::Rng;
 using vxqa::reference::fp16_from_double;
 using vxqa::reference::fp16_to_double;
 
 template <int D, vxqa::KvType Kv>
 using Cfg = vxqa::DecodeConfig<D, Kv>;
-
-// Uniform in [lo, hi) from our own draws (std:: distributions differ between libraries).
-struct Rng {
-  std::mt19937_64 g;
-  explicit Rng(uint64_t seed) : g(seed) {}
-  double unit() { return double(g() >> 11) * 0x1.0p-53; }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
-  uint64_t below(uint64_t n) { return g() % n; }
-};
-
-// Logical rows of a K or V tile: 32 tokens x D elements in the cache format, as bytes.
-struct HostTile {
-  int head_dim, elem_bytes;
-  std::vector<unsigned char> bytes;
-  double at(int token, int d) const {
-    const size_t i = (size_t(token) * head_dim + d) * elem_bytes;
-    if (elem_bytes == 1) return e5m2_to_double(bytes[i]);
-    return fp16_to_double(uint16_t(bytes[i] | (bytes[i + 1] << 8)));
-  }
-};
-
-HostTile random_tile(int head_dim, int elem_bytes, double range, Rng& rng) {
-  HostTile t{head_dim, elem_bytes, std::vector<unsigned char>(size_t(32) * head_dim * elem_bytes)};
-  for (size_t i = 0; i < size_t(32) * head_dim; ++i) {
-    const double x = rng.uniform(-range, range);
-    if (elem_bytes == 1) {
-      t.bytes[i] = e5m2_from_double(x);
-    } else {
-      const uint16_t h = fp16_from_double(x);
-      t.bytes[2 * i] = uint8_t(h & 0xFF);
-      t.bytes[2 * i + 1] = uint8_t(h >> 8);
-    }
-  }
-  return t;
-}
-
-// Fills `bytes` of shared memory with 0xFF from one warp (16-byte stores; bytes % 16 == 0).
-__device__ void poison_smem(uint8_t* smem, int bytes) {
-  for (int i = threadIdx.x * 16; i < bytes; i += 32 * 16)
-    *reinterpret_cast<uint4*>(smem + i) = make_uint4(~0u, ~0u, ~0u, ~0u);
-}
 
 // =========================================================================================
 // QK consumer: S = Q Kᵀ of one warp tile (8 heads x 32 tokens).
@@ -105,7 +66,7 @@ void check_qk(uint64_t seed) {
   Rng rng(seed);
   std::vector<uint16_t> q(8 * D);
   for (uint16_t& x : q) x = fp16_from_double(rng.uniform(-2, 2));
-  const HostTile k = random_tile(D, eb, 4.0, rng);
+  const HostTile k = vxqa_test::random_tile(32, D, eb, 4.0, rng);
 
   DeviceBuffer<uint16_t> dq(q.size());
   DeviceBuffer<uint8_t> dk(k.bytes.size());
@@ -184,7 +145,7 @@ void check_pv(uint64_t seed) {
   Rng rng(seed);
   std::vector<uint16_t> p(8 * 32);
   for (uint16_t& x : p) x = fp16_from_double(rng.unit());  // probabilities in [0, 1]
-  const HostTile v = random_tile(D, eb, 4.0, rng);
+  const HostTile v = vxqa_test::random_tile(32, D, eb, 4.0, rng);
   std::vector<float> o_in(8 * D);
   for (float& x : o_in) x = float(rng.uniform(-1, 1));
 

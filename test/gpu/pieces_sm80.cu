@@ -6,6 +6,7 @@
 // output is poisoned, so a byte the layout does not fill, or an element no lane writes, shows.
 // Skipped (with a message) on GPUs older than sm_80.
 #include "gpu/decode_harness.cuh"
+#include "gpu/host_tile.h"
 
 #include <cmath>
 #include <random>
@@ -14,8 +15,9 @@
 namespace {
 
 using vxqa_test::DeviceBuffer;
-using vxqa::reference::e5m2_from_double;
-using vxqa::reference::e5m2_to_double;
+using vxqa_test::HostTile;
+using vxqa_test::poison_smem;
+using vxqa_test::Rng;
 using vxqa::reference::fp16_from_double;
 using vxqa::reference::fp16_to_double;
 namespace frag = vxqa::mma::m16n8k16;
@@ -23,23 +25,12 @@ namespace frag = vxqa::mma::m16n8k16;
 template <int D, vxqa::KvType Kv>
 using Geometry = typename vxqa::DecodeConfig<D, Kv>::Sm80Geometry;
 
-struct Rng {
-  std::mt19937_64 g;
-  explicit Rng(uint64_t seed) : g(seed) {}
-  double uniform(double lo, double hi) { return lo + (hi - lo) * (double(g() >> 11) * 0x1.0p-53); }
-};
-
 bool device_has_sm80() {
   int device = 0, major = 0;
   VXQA_CUDA_CHECK(cudaGetDevice(&device));
   VXQA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 8) WARN("skipped: the SM80 pieces need sm_80 or newer (this GPU is sm_" << major << "x)");
   return major >= 8;
-}
-
-__device__ void poison_smem(uint8_t* smem, int bytes) {
-  for (int i = threadIdx.x * 16; i < bytes; i += 32 * 16)
-    *reinterpret_cast<uint4*>(smem + i) = make_uint4(~0u, ~0u, ~0u, ~0u);
 }
 
 __device__ uint32_t pack_halves(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
@@ -120,32 +111,6 @@ __global__ void sm80_pv_kernel(const uint8_t* v, const uint16_t* p, const float*
 #endif
 }
 
-// 16 token rows of D elements in the cache format, and their values.
-struct HostTile {
-  int head_dim, elem_bytes;
-  std::vector<uint8_t> bytes;
-  double at(int token, int d) const {
-    const size_t i = (size_t(token) * head_dim + d) * elem_bytes;
-    if (elem_bytes == 1) return e5m2_to_double(bytes[i]);
-    return fp16_to_double(uint16_t(bytes[i] | (bytes[i + 1] << 8)));
-  }
-};
-
-HostTile random_tile(int head_dim, int elem_bytes, Rng& rng) {
-  HostTile t{head_dim, elem_bytes, std::vector<uint8_t>(size_t(16) * head_dim * elem_bytes)};
-  for (int i = 0; i < 16 * head_dim; ++i) {
-    const double x = rng.uniform(-4, 4);
-    if (elem_bytes == 1) {
-      t.bytes[i] = e5m2_from_double(x);
-    } else {
-      const uint16_t h = fp16_from_double(x);
-      t.bytes[2 * i] = uint8_t(h & 0xFF);
-      t.bytes[2 * i + 1] = uint8_t(h >> 8);
-    }
-  }
-  return t;
-}
-
 template <int D, vxqa::KvType Kv>
 void check_qk(uint64_t seed) {
   using G = Geometry<D, Kv>;
@@ -153,7 +118,7 @@ void check_qk(uint64_t seed) {
   Rng rng(seed);
   std::vector<uint16_t> q(8 * D);
   for (uint16_t& x : q) x = fp16_from_double(rng.uniform(-2, 2));
-  const HostTile k = random_tile(D, G::kElemBytesV, rng);
+  const HostTile k = vxqa_test::random_tile(16, D, G::kElemBytesV, 4.0, rng);
   DeviceBuffer<uint16_t> dq(q.size());
   DeviceBuffer<uint8_t> dk(k.bytes.size());
   DeviceBuffer<float> ds(16 * 8);
@@ -185,7 +150,7 @@ void check_pv(uint64_t seed) {
   using G = Geometry<D, Kv>;
   INFO("Sm80PvConsumer D " << D << (G::kElemBytesV == 1 ? " E5M2" : " fp16") << " seed " << seed);
   Rng rng(seed);
-  const HostTile v = random_tile(D, G::kElemBytesV, rng);
+  const HostTile v = vxqa_test::random_tile(16, D, G::kElemBytesV, 4.0, rng);
   std::vector<uint16_t> p(16 * 8);
   for (uint16_t& x : p) x = fp16_from_double(rng.uniform(0, 1));
   std::vector<float> o_in(size_t(D) * 8);

@@ -43,8 +43,8 @@ struct AppendKvParams {
 
 // Every check the host can make without touching device memory, each naming its field.
 inline Status validate_append_kv(const AppendKvParams& p) {
-  auto aligned = [](const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
-  auto str = [](long long v) { return std::to_string(v); };
+  using detail::aligned;
+  using detail::str;
   if (p.num_tokens < 0) return Status::invalid("num_tokens", "must be >= 0");
   if (p.num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
   if (p.head_dim < 8 || p.head_dim % 8)
@@ -84,12 +84,9 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (p.num_pages > 1 && std::llabs(p.page_stride) < page_extent)
     return Status::invalid("page_stride", str(p.page_stride) + " is smaller than a page's extent (" +
                                               str(page_extent) + " elements): pages would overlap");
-  if (!p.k_scale_ptr && !(std::isfinite(p.k_scale) && p.k_scale > 0.f))
-    return Status::invalid("k_scale", "must be finite and > 0");
-  if (!p.v_scale_ptr && !(std::isfinite(p.v_scale) && p.v_scale > 0.f))
-    return Status::invalid("v_scale", "must be finite and > 0");
-  if (p.k_scale_ptr && !aligned(p.k_scale_ptr, 4)) return Status::invalid("k_scale_ptr", "must be 4-byte aligned");
-  if (p.v_scale_ptr && !aligned(p.v_scale_ptr, 4)) return Status::invalid("v_scale_ptr", "must be 4-byte aligned");
+  for (const Status& scale : {detail::check_scale("k_scale", p.k_scale, p.k_scale_ptr),
+                              detail::check_scale("v_scale", p.v_scale, p.v_scale_ptr)})
+    if (!scale.ok()) return scale;
   if (p.errors && !aligned(p.errors, 4)) return Status::invalid("errors", "must be 4-byte aligned");
   return Status();
 }

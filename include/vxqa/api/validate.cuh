@@ -5,6 +5,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vxqa/api/params.cuh>
@@ -34,6 +35,15 @@ inline int overlapping_stride(int64_t stride1, int64_t n1, int64_t stride2, int6
   if (count >= 1 && dims[0].stride < d) return dims[0].which;
   if (count == 2 && dims[1].stride < dims[0].stride * dims[0].n) return dims[1].which;
   return 0;
+}
+
+// A per-tensor scale given as a value or as a device fp32 scalar (which wins): the value
+// must then be finite and > 0, the pointer 4-byte aligned. `name` is "k_scale" or "v_scale".
+inline Status check_scale(const char* name, float value, const float* device_value) {
+  if (device_value) {
+    return aligned(device_value, 4) ? Status() : Status::invalid(std::string(name) + "_ptr", "must be 4-byte aligned");
+  }
+  return std::isfinite(value) && value > 0.f ? Status() : Status::invalid(name, "must be finite and > 0");
 }
 
 }  // namespace detail
@@ -140,12 +150,9 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (!aligned(p.seq_lens, 4)) return Status::invalid("seq_lens", "must be 4-byte aligned");
 
   // Scales.
-  if (!p.k_scale_ptr && (!std::isfinite(p.k_scale) || p.k_scale <= 0.f))
-    return Status::invalid("k_scale", "must be finite and > 0");
-  if (!p.v_scale_ptr && (!std::isfinite(p.v_scale) || p.v_scale <= 0.f))
-    return Status::invalid("v_scale", "must be finite and > 0");
-  if (p.k_scale_ptr && !aligned(p.k_scale_ptr, 4)) return Status::invalid("k_scale_ptr", "must be 4-byte aligned");
-  if (p.v_scale_ptr && !aligned(p.v_scale_ptr, 4)) return Status::invalid("v_scale_ptr", "must be 4-byte aligned");
+  for (const Status& scale : {detail::check_scale("k_scale", p.k_scale, p.k_scale_ptr),
+                              detail::check_scale("v_scale", p.v_scale, p.v_scale_ptr)})
+    if (!scale.ok()) return scale;
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.f)
     return Status::invalid("softmax_scale", "must be finite and > 0");
   const float qk_scale = p.softmax_scale * (p.k_scale_ptr ? 1.f : p.k_scale) * 1.4426950408889634f;  // as the kernel

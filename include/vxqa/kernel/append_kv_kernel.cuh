@@ -41,14 +41,9 @@ VXQA_DEVICE void store_row_piece(const uint4 in, float scale, uint8_t* dst) {
     x[2 * i + 1] = act_to_float<kAct>(uint16_t(w[i] >> 16)) / scale;
   }
   if constexpr (kCacheBytes == 1) {
-    uint32_t codes[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint16_t lo = float2_to_e5m2x2(make_float2(x[4 * i], x[4 * i + 1]), Saturation::kFinite);
-      const uint16_t hi = float2_to_e5m2x2(make_float2(x[4 * i + 2], x[4 * i + 3]), Saturation::kFinite);
-      codes[i] = uint32_t(lo) | (uint32_t(hi) << 16);
-    }
-    *reinterpret_cast<uint2*>(dst) = make_uint2(codes[0], codes[1]);
+    *reinterpret_cast<uint2*>(dst) =
+        make_uint2(float4_to_e5m2x4(make_float4(x[0], x[1], x[2], x[3]), Saturation::kFinite),
+                   float4_to_e5m2x4(make_float4(x[4], x[5], x[6], x[7]), Saturation::kFinite));
   } else {
     uint32_t halves[4];
 #pragma unroll
