@@ -73,25 +73,43 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
 // memory: the SM80 one where the device's code was compiled for compute_80 or newer (the
 // kernel's ptxVersion, which is what __CUDA_ARCH__ was), else the SM70 one. Asked once per
 // device, when the shared-memory opt-in is set too; later calls read the cache.
+namespace detail {
+
+// A nonzero int known once per device (per cache: each caller keeps its own static array):
+// `ask(device, &value)` fills it the first time, later calls read it. Devices past the
+// array's size are asked every time.
+inline constexpr int kMaxCachedDevices = 64;
+template <class Ask>
+Status cached_per_device(std::atomic<int> (&cache)[kMaxCachedDevices], int* value, Ask ask) {
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return Status::cuda("cudaGetDevice", cudaGetErrorString(err));
+  const bool cached = device < kMaxCachedDevices;
+  *value = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (*value != 0) return Status();
+  const Status asked = ask(device, value);
+  if (asked.ok() && cached) cache[device].store(*value, std::memory_order_relaxed);
+  return asked;
+}
+
+}  // namespace detail
+
 template <class Config>
 Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked yet, else 2 * smem + SM80 body
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return Status::cuda("cudaGetDevice", cudaGetErrorString(err));
-  int known = device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
-  if (known == 0) {
+  static std::atomic<int> cache[detail::kMaxCachedDevices] = {};  // 2 * smem + (SM80 body)
+  int known = 0;
+  const Status s = detail::cached_per_device(cache, &known, [](int, int* value) {
     cudaFuncAttributes attributes{};
-    err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
+    cudaError_t err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
     if (err != cudaSuccess) return Status::cuda("cudaFuncGetAttributes", cudaGetErrorString(err));
     const bool sm80 = Config::kHasSm80Path && attributes.ptxVersion >= 80;
     const int bytes = sm80 ? Config::kSm80SmemBytes : Config::kSmemBytes;
     err = cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
-    known = 2 * bytes + (sm80 ? 1 : 0);
-    if (device < kMaxDevices) cached[device].store(known, std::memory_order_relaxed);
-  }
+    *value = 2 * bytes + (sm80 ? 1 : 0);
+    return Status();
+  });
+  if (!s.ok()) return s;
   *smem_bytes = known / 2;
   if (sm80_body) *sm80_body = known & 1;
   return Status();
@@ -129,21 +147,17 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
 // Whether the current device takes programmatic dependent launches (sm_90 and newer),
 // asked once per device.
 inline Status device_has_pdl(bool* has) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked, 1: no, 2: yes
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return Status::cuda("cudaGetDevice", cudaGetErrorString(err));
-  int known = device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
-  if (known == 0) {
+  static std::atomic<int> cache[detail::kMaxCachedDevices] = {};  // 1: no, 2: yes
+  int known = 0;
+  const Status s = detail::cached_per_device(cache, &known, [](int device, int* value) {
     int major = 0;
-    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    const cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (err != cudaSuccess) return Status::cuda("cudaDeviceGetAttribute", cudaGetErrorString(err));
-    known = major >= 9 ? 2 : 1;
-    if (device < kMaxDevices) cached[device].store(known, std::memory_order_relaxed);
-  }
+    *value = major >= 9 ? 2 : 1;
+    return Status();
+  });
   *has = known == 2;
-  return Status();
+  return s;
 }
 
 template <class Config>
