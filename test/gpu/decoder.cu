@@ -173,5 +173,7 @@ TEST_CASE("decode reads k/v scales from device pointers when given", "[decoder]"
   params.k_scale_ptr = reinterpret_cast<const float*>(reinterpret_cast<const char*>(scales.get()) + 2);
   const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, max_len);
   vxqa_test::DeviceBuffer<unsigned char> ws(plan.workspace_bytes);
+  vxqa_test::DeviceBuffer<uint16_t> out(size_t(p.batch) * p.query_heads() * Config::kHeadDim);
+  params.out = out.get();  // everything valid but the misaligned scale pointer
   REQUIRE(vxqa::validate<Config>(params, plan, ws.get(), plan.workspace_bytes).field() == "k_scale_ptr");
 }
