@@ -101,15 +101,35 @@ DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vx
 }
 
 // Compares with the float64 reference (every sequence as given, no error bits expected);
-// returns the worst error relative to the bound.
-inline double check_against_reference(const RandomProblem& p, const DecodeResult& r) {
+// returns the worst error relative to the bound. bf16 outputs are compared as the fp16
+// values they equal (exact in fp16's range), with bf16's rounding (2^-9) added to the bound.
+inline double check_against_reference(const RandomProblem& p, DecodeResult r,
+                                      vxqa::ActType out_type = vxqa::ActType::kFp16) {
   namespace ref = vxqa::reference;
+  ref::CompareBounds bounds;
+  if (out_type == vxqa::ActType::kBf16) {
+    for (uint16_t& bits : r.out)
+      bits = ref::fp16_from_double(vxqa::detail::act_to_float<vxqa::ActType::kBf16>(bits));
+    bounds.out_rel += 1.0 / 512;
+  }
   const ref::Comparison c = ref::compare_with_reference(
       ref::decode_reference(p.inputs()), ref::expect_from_lengths(p.seq_lens), p.query_heads(),
-      p.head_dim, ref::finite_v_abs_max(p), {r.out.data(), r.lse.data(), r.errors}, 0u);
+      p.head_dim, ref::finite_v_abs_max(p), {r.out.data(), r.lse.data(), r.errors}, 0u, bounds);
   INFO(c.mismatches << " mismatches; first: " << c.first);
   REQUIRE(c.ok());
   return c.worst;
+}
+
+// Rounds the problem's q to bf16 values in place (kept as fp16 bits: fp16 holds them
+// exactly) and returns their bf16 bits, for a decode with bf16 q.
+inline std::vector<uint16_t> round_q_to_bf16(RandomProblem& p) {
+  std::vector<uint16_t> bf16(p.q.size());
+  for (size_t i = 0; i < p.q.size(); ++i) {
+    const float x = float(vxqa::reference::fp16_to_double(p.q[i]));
+    bf16[i] = vxqa::detail::float_to_act<vxqa::ActType::kBf16>(x);
+    p.q[i] = vxqa::reference::fp16_from_double(vxqa::detail::act_to_float<vxqa::ActType::kBf16>(bf16[i]));
+  }
+  return bf16;
 }
 
 // Options with 16-byte aligned strides (the kernel's 16-byte loads need them).

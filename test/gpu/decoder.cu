@@ -11,7 +11,8 @@ namespace {
 
 using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 1, 16>,
                               vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>,
-                              vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 2>>;
+                              vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 2>,
+                              vxqa::DecoderConfig<64, vxqa::KvType::kE5M2, 4, 0, vxqa::ActType::kBf16>>;
 
 vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_context) {
   vxqa::DecoderShape s;
@@ -38,11 +39,13 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
   struct Want {
     int head_dim, page;
     vxqa::reference::KvFormat format;
+    bool bf16;  // q and out
     const char* config;
   };
-  const Want cases[] = {{64, 16, vxqa::reference::KvFormat::kE5M2, "D64 e5m2 W4 page16"},
-                        {64, 7, vxqa::reference::KvFormat::kE5M2, "D64 e5m2 W4 page*"},
-                        {128, 32, vxqa::reference::KvFormat::kFp16, "D128 fp16 W2 page*"}};
+  const Want cases[] = {{64, 16, vxqa::reference::KvFormat::kE5M2, false, "D64 e5m2 fp16 W4 page16"},
+                        {64, 7, vxqa::reference::KvFormat::kE5M2, false, "D64 e5m2 fp16 W4 page*"},
+                        {128, 32, vxqa::reference::KvFormat::kFp16, false, "D128 fp16 fp16 W2 page*"},
+                        {64, 16, vxqa::reference::KvFormat::kE5M2, true, "D64 e5m2 bf16 W4 page*"}};
   uint64_t seed = 1200;
   for (const Want& w : cases) {
     vxqa::reference::RandomProblemOptions o;
@@ -54,10 +57,15 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
     o.kv_heads = 2;
     o.group = 3;
     o.max_seq_len = 700;
-    const auto p = vxqa::reference::make_random_problem(o, seed++);
+    auto p = vxqa::reference::make_random_problem(o, seed++);
+    const vxqa::ActType qo = w.bf16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
+    const std::vector<uint16_t> q_bf16 = w.bf16 ? vxqa_test::round_q_to_bf16(p) : std::vector<uint16_t>();
     vxqa_test::DeviceProblem d(p);
+    if (w.bf16) d.q.upload(q_bf16);
     vxqa::Decoder<List> decoder;
-    const vxqa::Status s = decoder.init(shape_of(p, max_length(p)));
+    vxqa::DecoderShape shape = shape_of(p, max_length(p));
+    shape.qo_type = qo;
+    const vxqa::Status s = decoder.init(shape);
     INFO(s.message());
     REQUIRE(s.ok());
     REQUIRE(decoder.config_name() == w.config);
@@ -66,7 +74,8 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
     vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
     out.poison(vxqa_test::kNanPoison);
     lse.poison(vxqa_test::kNanPoison);
-    const vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
+    vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
+    params.qo_type = qo;
     const vxqa::Status run = decoder.decode(params, 0);
     INFO(run.message());
     REQUIRE(run.ok());
@@ -75,7 +84,7 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
     r.out = out.download();
     r.lse = lse.download();
     REQUIRE(decoder.read_errors(0, &r.errors).ok());
-    vxqa_test::check_against_reference(p, r);
+    vxqa_test::check_against_reference(p, r, qo);
   }
 }
 
@@ -142,7 +151,14 @@ TEST_CASE("Decoder names the field when no Config fits, and refuses to decode be
   INFO(none.message());
   REQUIRE(none.field() == "head_dim");
   REQUIRE_FALSE(decoder.ready());
+  s.head_dim = 128;  // the list has D128 with an fp16 cache, for fp16 q/out only
+  s.cache_type = vxqa::KvType::kFp16;
+  s.qo_type = vxqa::ActType::kBf16;
+  REQUIRE(decoder.init(s).field() == "head_dim");
+  s.qo_type = vxqa::ActType::kFp16;
+  REQUIRE(decoder.init(s).ok());
   s.head_dim = 64;
+  s.cache_type = vxqa::KvType::kE5M2;
   s.max_batch = 0;
   REQUIRE(decoder.init(s).field() == "max_batch");
 }

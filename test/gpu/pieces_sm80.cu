@@ -73,7 +73,7 @@ __global__ void sm80_qk_kernel(const uint16_t* q, const uint8_t* k, float* s_out
         *reinterpret_cast<const uint4*>(k + row * G::kRowBytes + 16 * chunk);
   }
   __syncwarp();
-  const auto qf = Qk::load_q(reinterpret_cast<const __half*>(q) + frag::group(lane) * G::kHeadDimV);
+  const auto qf = Qk::template load_q<vxqa::ActType::kFp16>(q + frag::group(lane) * G::kHeadDimV);
   float s[4];
   Qk::run(k_tile, qf, s);
   for (int e = 0; e < 4; ++e) s_out[frag::c_row(lane, e) * 8 + frag::c_col(lane, e)] = s[e];

@@ -36,10 +36,10 @@ namespace vxqa {
 template <class Config>
 DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan, void* workspace) {
   DecodeKernelArgs a{};
-  a.q = static_cast<const __half*>(p.q);
+  a.q = p.q;
   a.q_batch_stride = p.q_batch_stride;
   a.q_head_stride = p.q_head_stride;
-  a.out = static_cast<__half*>(p.out);
+  a.out = p.out;
   a.out_batch_stride = p.out_batch_stride;
   a.out_head_stride = p.out_head_stride;
   a.lse = p.lse;
@@ -197,7 +197,7 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
     launch.stream = stream;
     launch.attrs = pdl ? &attribute : nullptr;
     launch.numAttrs = pdl ? 1 : 0;
-    err = cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim>),
+    err = cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim, Config::kQo>),
                               kernel_args);
     if (err != cudaSuccess) return Status::cuda("combine_kernel launch", cudaGetErrorString(err));
   }

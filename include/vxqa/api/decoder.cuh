@@ -22,13 +22,31 @@ namespace vxqa {
 template <class... Configs>
 struct ConfigList {};
 
-// What the default Decoder can run: head dims 64, 128, 256, E5M2 and fp16 caches, page 16
-// at compile time (vLLM's default) and any other page size at run time.
-using DefaultDecoderConfigs =
-    ConfigList<DecodeConfig<64, KvType::kE5M2, 4, 1, 16>, DecodeConfig<128, KvType::kE5M2, 4, 1, 16>,
-               DecodeConfig<256, KvType::kE5M2, 4, 1, 16>, DecodeConfig<64, KvType::kE5M2>,
-               DecodeConfig<128, KvType::kE5M2>, DecodeConfig<256, KvType::kE5M2>, DecodeConfig<64, KvType::kFp16>,
-               DecodeConfig<128, KvType::kFp16>, DecodeConfig<256, KvType::kFp16, 2>>;
+// A DecodeConfig with the defaults but for warps, page size and q/out type.
+template <int HeadDim, KvType Kv, int Warps, int PageSize, ActType Qo>
+using DecoderConfig = DecodeConfig<HeadDim, Kv, Warps, 1, PageSize, ConvertAt::kConsume, PageIdCheck::kOn,
+                                   VXQA_DEFAULT_MMA_ATOM, 0, Qo>;
+
+// The default list for one q/out type: head dims 64, 128, 256, E5M2 and fp16 caches, page
+// 16 at compile time for E5M2 (vLLM's default) and any other page size at run time.
+template <ActType Qo>
+using DefaultDecoderConfigsFor =
+    ConfigList<DecoderConfig<64, KvType::kE5M2, 4, 16, Qo>, DecoderConfig<128, KvType::kE5M2, 4, 16, Qo>,
+               DecoderConfig<256, KvType::kE5M2, 4, 16, Qo>, DecoderConfig<64, KvType::kE5M2, 4, 0, Qo>,
+               DecoderConfig<128, KvType::kE5M2, 4, 0, Qo>, DecoderConfig<256, KvType::kE5M2, 4, 0, Qo>,
+               DecoderConfig<64, KvType::kFp16, 4, 0, Qo>, DecoderConfig<128, KvType::kFp16, 4, 0, Qo>,
+               DecoderConfig<256, KvType::kFp16, 2, 0, Qo>>;
+
+template <class... Lists>
+struct ConcatConfigLists;
+template <class... A, class... B>
+struct ConcatConfigLists<ConfigList<A...>, ConfigList<B...>> {
+  using type = ConfigList<A..., B...>;
+};
+
+// What the default Decoder can run: both lists above, fp16 and bf16 q/out.
+using DefaultDecoderConfigs = typename ConcatConfigLists<DefaultDecoderConfigsFor<ActType::kFp16>,
+                                                         DefaultDecoderConfigsFor<ActType::kBf16>>::type;
 
 // The model's shape and the capacity the plan is made for.
 struct DecoderShape {
@@ -39,6 +57,7 @@ struct DecoderShape {
   int group_size = 0;
   int max_batch = 0;
   int max_context = 0;
+  ActType qo_type = ActType::kFp16;  // of q and out (last: older aggregate initialisers still compile)
 };
 
 template <class List = DefaultDecoderConfigs>
@@ -66,7 +85,8 @@ class Decoder<ConfigList<Configs...>> {
       return Status::invalid("head_dim", "no Config of the Decoder's list takes head dim " +
                                              std::to_string(shape.head_dim) + " with a " +
                                              (shape.cache_type == KvType::kE5M2 ? "E5M2" : "fp16") +
-                                             " cache and page size " + std::to_string(shape.page_size));
+                                             " cache, " + (shape.qo_type == ActType::kBf16 ? "bf16" : "fp16") +
+                                             " q/out and page size " + std::to_string(shape.page_size));
     const Entry& e = entries()[index];
     DecodePlan plan;
     Status s = e.plan(shape, &plan);
@@ -103,6 +123,7 @@ class Decoder<ConfigList<Configs...>> {
   struct Entry {
     int head_dim;
     KvType kv;
+    ActType qo;
     int page_size;  // 0: run time
     Status (*plan)(const DecoderShape&, DecodePlan*);
     Status (*decode)(const DecodeParams&, const DecodePlan&, void*, size_t, cudaStream_t);
@@ -111,13 +132,14 @@ class Decoder<ConfigList<Configs...>> {
 
   template <class Config>
   static Entry entry_for() {
-    return Entry{Config::kHeadDim, Config::kKv, Config::kPageSize,
+    return Entry{Config::kHeadDim, Config::kKv, Config::kQo, Config::kPageSize,
                  [](const DecoderShape& s, DecodePlan* plan) {
                    return make_decode_plan<Config>(s.max_batch, s.max_context, s.num_kv_heads, s.group_size, plan);
                  },
                  &vxqa::decode<Config>,
                  [] {
-                   return "D" + std::to_string(Config::kHeadDim) + " " + KvTraits<Config::kKv>::kName + " W" +
+                   return "D" + std::to_string(Config::kHeadDim) + " " + KvTraits<Config::kKv>::kName + " " +
+                          ActTraits<Config::kQo>::kName + " W" +
                           std::to_string(Config::kWarps) +
                           (Config::kPageSize ? " page" + std::to_string(Config::kPageSize) : std::string(" page*"));
                  }};
@@ -131,7 +153,7 @@ class Decoder<ConfigList<Configs...>> {
   static int find(const DecoderShape& s, bool exact_page) {
     for (int i = 0; i < int(sizeof...(Configs)); ++i) {
       const Entry& e = entries()[i];
-      if (e.head_dim != s.head_dim || e.kv != s.cache_type) continue;
+      if (e.head_dim != s.head_dim || e.kv != s.cache_type || e.qo != s.qo_type) continue;
       if (exact_page ? e.page_size == s.page_size : e.page_size == 0) return i;
     }
     return -1;

@@ -3,16 +3,20 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vxqa/numeric/act_type.cuh>
 
 namespace vxqa {
 
 // One decode step of a GQA model over a paged KV cache. All pointers are device pointers;
 // the host never dereferences any of them.
 struct DecodeParams {
-  // q: fp16 [batch, Hq, D], Hq = num_kv_heads * group_size; query head h uses KV head h / G.
+  // q: [batch, Hq, D] of qo_type, Hq = num_kv_heads * group_size; query head h uses KV
+  // head h / G. bf16 q is rounded to fp16 for the MMAs: |q| above 65504 becomes inf (and
+  // the output NaN), below 2^-14 loses precision.
   const void* q = nullptr;
   int64_t q_batch_stride = 0, q_head_stride = 0;  // elements; D is contiguous
-  // out: fp16 [batch, Hq, D]; lse: optional fp32 [batch, Hq] (natural log), contiguous.
+  ActType qo_type = ActType::kFp16;  // of q and out; must be the Config's Qo
+  // out: [batch, Hq, D] of qo_type; lse: optional fp32 [batch, Hq] (natural log), contiguous.
   void* out = nullptr;
   int64_t out_batch_stride = 0, out_head_stride = 0;
   float* lse = nullptr;

@@ -2,11 +2,9 @@
 // types and error bits it shares with the host API. Host-usable: no kernels in here.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/act_type.cuh>
 
 namespace vxqa {
-
-// Element types of activations (q, out, new K/V).
-enum class ActType { kFp16, kBf16 };
 
 // Bits append_kv sets in its error word.
 enum AppendError : uint32_t {

@@ -6,7 +6,6 @@
 // nearest-even), one 8- or 16-byte store. Composed from the E5M2 converter and the cache's
 // NHD strides; a slot outside the pool is never written: it sets kAppendErrorBadSlot.
 #pragma once
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/append_kv_args.cuh>
@@ -18,17 +17,6 @@ namespace vxqa {
 inline constexpr int kAppendThreads = 256;
 
 namespace detail {
-
-template <ActType kAct>
-VXQA_DEVICE float act_to_float(uint16_t bits) {
-  if constexpr (kAct == ActType::kFp16) {
-    __half_raw h;
-    h.x = bits;
-    return __half2float(__half(h));
-  } else {
-    return bit_cast<float>(uint32_t(bits) << 16);  // bf16 is the top half of an fp32
-  }
-}
 
 // 8 input elements (one uint4) / scale, into the cache's bytes at dst.
 template <ActType kAct, int kCacheBytes>

@@ -12,10 +12,10 @@
 // the float64 reference gives).
 #pragma once
 #include <cub/block/block_reduce.cuh>
-#include <cuda_fp16.h>
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/numeric/act_type.cuh>
 #include <vxqa/softmax/online_softmax.cuh>
 
 namespace vxqa {
@@ -42,7 +42,7 @@ struct CombineShape {
   static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of 64");
 };
 
-template <int kHeadDim>
+template <int kHeadDim, ActType kOut = ActType::kFp16>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {
   using Shape = CombineShape<kHeadDim>;
   using Reduce = cub::BlockReduce<float, kCombineThreads>;
@@ -55,12 +55,12 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
   if (seq_index >= a.batch) return;
   const int q_heads = a.num_kv_heads * a.group_size;
-  __half* out = a.out + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
+  uint16_t* out = static_cast<uint16_t*>(a.out) + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
   float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
   const int len = a.seq_lens[seq_index];
   if (!length_is_valid(len, a)) {  // the decode kernel has flagged it
-    if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = __float2half_rn(quiet_nan());
+    if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
     if (threadIdx.x == 0 && lse) *lse = quiet_nan();
     return;
   }
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   // 0/0. A NaN factor makes every output NaN (a select per output made ptxas 12.8 spill).
   const bool undefined = chunks > 0 && m == negative_infinity();
   const float v_scale = undefined ? quiet_nan() : v_scale_of(a);
-  out[threadIdx.x] = __float2half_rn(chunks > 0 ? o / sum * v_scale : 0.f);
+  out[threadIdx.x] = detail::float_to_act<kOut>(chunks > 0 ? o / sum * v_scale : 0.f);
   if (threadIdx.x == 0 && lse)
     *lse = undefined ? quiet_nan() : chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
 }

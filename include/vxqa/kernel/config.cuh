@@ -5,6 +5,7 @@
 // fails here with a message.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/act_type.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 #include <vxqa/pipeline/smem_publisher.cuh>
@@ -59,10 +60,11 @@ inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
 inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
 
 // AsyncStages: the SM80 path's cp.async stages a warp (0: as many, 2..4, as keep the CTA
-// within kSm80CtaSmemTarget).
+// within kSm80CtaSmemTarget). Qo: the type of q and out (DecodeParams::qo_type must say
+// the same); bf16 q becomes fp16 where it is loaded, on every atom.
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
           ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
-          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0>
+          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -71,6 +73,7 @@ struct DecodeConfig {
   static constexpr int kThreads = 32 * Warps;
   static constexpr int kPageSize = PageSize;  // 0: run-time page size
   static constexpr int kStages = Stages;
+  static constexpr ActType kQo = Qo;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "DecodeConfig: HeadDim must be 64, 128 or 256");

@@ -15,9 +15,9 @@ enum DecodeError : uint32_t {
 };
 
 struct DecodeKernelArgs {
-  const __half* q;  // [B, Hq, D]
+  const void* q;  // [B, Hq, D] of the Config's q/out type (fp16 or bf16)
   int64_t q_batch_stride, q_head_stride;  // elements
-  __half* out;      // [B, Hq, D]
+  void* out;      // [B, Hq, D], same type
   int64_t out_batch_stride, out_head_stride;
   float* lse;       // [B, Hq] or null
 

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/numeric/act_type.cuh>
 
 namespace vxqa {
 
@@ -27,8 +28,14 @@ struct CtaWork {
 
 // Fills `w`; false when the CTA has nothing to do. A bad length is flagged here (and, with
 // one chunk, its outputs written as NaN; with several, the combine writes them).
-template <int kHeadsPerCta, int kHeadDim, int kThreads>
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
+
+// Element `index` of the output, rounded from fp32 to its type.
+template <ActType kOut>
+VXQA_DEVICE void store_out(const DecodeKernelArgs& a, int64_t index, float value) {
+  static_cast<uint16_t*>(a.out)[index] = detail::float_to_act<kOut>(value);
+}
 
 // The tiles of warp `warp` inside [begin, end): tile j starts at begin + (warp + j * W) * T.
 template <int kTileTokens, int kWarps>
@@ -72,7 +79,7 @@ VXQA_DEVICE PageSize<kPageSize> cta_page_size(const DecodeKernelArgs& a) {
 
 // Writes element `dim` of query head `q_head` (and its LSE, at dim 0) from the CTA's merged
 // (m, l, o): base-2 m, l = the sum of P, o = the unnormalised output.
-template <int kHeadDim>
+template <int kHeadDim, ActType kOut>
 VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
                                    float l, float o, bool bad_page) {
   const int q_heads = a.num_kv_heads * a.group_size;
@@ -80,7 +87,7 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   if (a.num_chunks == 1) {
     // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
     const float value = bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
-    a.out[w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim] = __float2half_rn(value);
+    store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
     if (dim == 0 && a.lse) {
       const float lse = bad_page ? nan : !w.live() ? negative_infinity()
                                        : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
@@ -93,7 +100,7 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   }
 }
 
-template <int kHeadsPerCta, int kHeadDim, int kThreads>
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   w.chunk = blockIdx.x;
   w.seq_index = blockIdx.z;
@@ -112,8 +119,8 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
       const int q_heads = a.num_kv_heads * a.group_size;
       for (int i = threadIdx.x; i < w.heads * kHeadDim; i += kThreads) {
         const int q_head = w.q_head0 + i / kHeadDim;
-        a.out[w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kHeadDim] =
-            __float2half_rn(quiet_nan());
+        store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kHeadDim,
+                        quiet_nan());
         if (i % kHeadDim == 0 && a.lse) a.lse[int64_t(w.seq_index) * q_heads + q_head] = quiet_nan();
       }
     }

@@ -46,16 +46,16 @@ struct DecodeCtaSm80 {
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads>(a, work)) return;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 
     // The lane's B-fragment head is lane / 4; padded heads get Q = 0 and are not written.
     const int head = mma::m16n8k16::group(lane);
-    const __half* q_row = head < work.heads
-                              ? a.q + work.seq_index * a.q_batch_stride + (work.q_head0 + head) * a.q_head_stride
-                              : nullptr;
-    const typename Qk::QFragments qf = Qk::load_q(q_row);
+    const uint16_t* q_row = head < work.heads ? static_cast<const uint16_t*>(a.q) + work.seq_index * a.q_batch_stride +
+                                                    (work.q_head0 + head) * a.q_head_stride
+                                              : nullptr;
+    const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
 
     const Tiles tiles(work.begin, work.end, warp);
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
@@ -191,7 +191,7 @@ struct DecodeCtaSm80 {
         l += warp_ml(smem, w)[8 + head] * weight;
         o += warp_o(smem, w)[i] * weight;
       }
-      store_head_result<kD>(a, work, work.q_head0 + head, Pv::dim_of(lane, m, e), mx, l, o, bad_page);
+      store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head, Pv::dim_of(lane, m, e), mx, l, o, bad_page);
     }
   }
 

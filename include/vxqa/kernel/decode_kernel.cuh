@@ -48,7 +48,7 @@ struct DecodeCta {
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads>(a, work)) return;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
     const int seq_index = work.seq_index, kv_head = work.kv_head;
 
     uint8_t* q_tile = smem;
@@ -150,13 +150,16 @@ struct DecodeCta {
 
   VXQA_DEVICE static void load_q(const DecodeKernelArgs& a, int seq_index, int q_head0, int heads,
                                  uint8_t* q_tile) {
-    constexpr int kPiecesPerRow = kD / 8;  // 16-byte pieces of 8 halves
+    constexpr int kPiecesPerRow = kD / 8;  // 16-byte pieces of 8 elements
+    constexpr ActType kQ = Config::kQo;
     for (int i = threadIdx.x; i < 8 * kPiecesPerRow; i += Config::kThreads) {
       const int head = i / kPiecesPerRow, dim = (i % kPiecesPerRow) * 8;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);  // padded heads: Q = 0, their rows are not written
       if (head < heads) {
-        v = *reinterpret_cast<const uint4*>(a.q + seq_index * a.q_batch_stride +
+        v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.q) + seq_index * a.q_batch_stride +
                                             (q_head0 + head) * a.q_head_stride + dim);
+        v = make_uint4(detail::act2_to_half2_bits<kQ>(v.x), detail::act2_to_half2_bits<kQ>(v.y),
+                       detail::act2_to_half2_bits<kQ>(v.z), detail::act2_to_half2_bits<kQ>(v.w));
       }
       *reinterpret_cast<uint4*>(q_tile + QLayout::offset(head, dim)) = v;
     }
@@ -199,7 +202,7 @@ struct DecodeCta {
         l += warp_ml(smem, w)[8 + head] * weight;
         o += warp_o(smem, w)[MergeLayout::index(head, dim)] * weight;
       }
-      store_head_result<kD>(a, work, work.q_head0 + head, dim, m, l, o, bad_page);
+      store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head, dim, m, l, o, bad_page);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <vxqa/arch/mma_m16n8k16.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
+#include <vxqa/numeric/act_type.cuh>
 #include <vxqa/numeric/e5m2.cuh>
 
 namespace vxqa {
@@ -72,16 +73,18 @@ struct Sm80QkConsumer {
   };
 
 #if VXQA_IS_CUDA_COMPILER
-  // `q_head_row`: the lane's head row of q (fp16, D contiguous), null for a padded head.
-  VXQA_DEVICE static QFragments load_q(const __half* q_head_row) {
+  // `q_head_row`: the lane's head row of q (fp16 or bf16 bits, D contiguous), null for a
+  // padded head; bf16 becomes fp16 here.
+  template <ActType kQ>
+  VXQA_DEVICE static QFragments load_q(const uint16_t* q_head_row) {
     const int t = m16n8k16::thread_in_group(threadIdx.x & 31);
     QFragments f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       uint2 v = make_uint2(0u, 0u);
       if (q_head_row) v = *reinterpret_cast<const uint2*>(q_head_row + dim0(s, t));
-      f.q[s][0] = v.x;
-      f.q[s][1] = v.y;
+      f.q[s][0] = detail::act2_to_half2_bits<kQ>(v.x);
+      f.q[s][1] = detail::act2_to_half2_bits<kQ>(v.y);
     }
     return f;
   }
