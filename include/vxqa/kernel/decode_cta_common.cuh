@@ -111,11 +111,15 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   w.heads = min(kHeadsPerCta, a.group_size - head0);
   w.q_head0 = w.kv_head * a.group_size + head0;
   const bool single_chunk = a.num_chunks == 1;
+  // Who writes a sequence's final outputs when no merge will: with one chunk, its CTA;
+  // with a fused merge, chunk 0's (a bad length's NaNs here; a length of 0 goes through
+  // the merge, chunk 0 taking part with no tokens). Otherwise the combine kernel.
+  const bool writes_final = single_chunk || (a.merge_counters && w.chunk == 0);
 
   const int len = a.seq_lens[w.seq_index];
   if (!length_is_valid(len, a)) {
     if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
-    if (single_chunk) {
+    if (writes_final) {
       const int q_heads = a.num_kv_heads * a.group_size;
       for (int i = threadIdx.x; i < w.heads * kHeadDim; i += kThreads) {
         const int q_head = w.q_head0 + i / kHeadDim;
@@ -124,11 +128,11 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
         if (i % kHeadDim == 0 && a.lse) a.lse[int64_t(w.seq_index) * q_heads + q_head] = quiet_nan();
       }
     }
-    return false;  // with several chunks, the combine writes the NaNs
+    return false;  // with the combine kernel, it writes the NaNs
   }
   w.begin = w.chunk * a.chunk_tokens;
   w.end = min(w.begin + a.chunk_tokens, len);
-  return single_chunk || w.begin < len;  // a chunk past the end: the combine never reads it
+  return writes_final || w.begin < len;  // a chunk past the end: no merge reads it
 }
 #endif
 

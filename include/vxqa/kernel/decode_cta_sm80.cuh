@@ -14,6 +14,7 @@
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/decode_cta_common.cuh>
+#include <vxqa/kernel/fused_merge.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
 #include <vxqa/mma/sm80_pv_consumer.cuh>
 #include <vxqa/mma/sm80_qk_consumer.cuh>
@@ -43,6 +44,7 @@ struct DecodeCtaSm80 {
   static constexpr int kMergeOBytes = kMTiles * 4 * 32 * 4;
   static_assert(kMergeOBytes + 16 * 4 <= Config::kSm80WarpBytes,
                 "DecodeCtaSm80: a warp's merge area must fit in its stages");
+  static_assert(kFusedMergeSmemBytes <= Config::kSm80SmemBytes, "DecodeCtaSm80: the fused merge's weights must fit");
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
@@ -100,6 +102,7 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
+    if (a.merge_counters) merge_if_last<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work, smem);
   }
 
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
@@ -112,15 +115,22 @@ struct DecodeCtaSm80 {
     const int lane = threadIdx.x & 31;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
     const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
+    // kOnePage: a tile's block-table id is loaded two iterations before its copies are
+    // issued and becomes an offset one iteration before, so the id's load latency is not
+    // waited for where it is used. Otherwise each lane's row offset, one iteration ahead.
+    using PageSlot = typename Sequence::PageSlot;
+    auto page_slot_of = [&](int j) { return j < tiles.count ? seq.page_slot(uint32_t(tiles.start(j))) : PageSlot{0, 0}; };
+    auto offset_from = [&](int j, PageSlot ps) -> int64_t {
+      if (j >= tiles.count) return 0;
+      if constexpr (Config::kChecksPageIds) {
+        return seq.checked_row_offset(ps, a.num_pages, bad_page);
+      } else {
+        return seq.row_offset(ps);
+      }
+    };
     auto offset_of = [&](int j) -> int64_t {
       if constexpr (kOnePage) {
-        if (j >= tiles.count) return 0;
-        const uint32_t token = uint32_t(tiles.start(j));
-        if constexpr (Config::kChecksPageIds) {
-          return seq.checked_row_offset(token, a.num_pages, bad_page);
-        } else {
-          return seq.row_offset(token);
-        }
+        return offset_from(j, page_slot_of(j));
       } else {
         return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
       }
@@ -143,13 +153,18 @@ struct DecodeCtaSm80 {
 
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) issue(j, offset_of(j), j);
-    // The block-table lookup of a tile is done one iteration before its copies are issued.
     int64_t offset_ahead = offset_of(kStages - 1);
+    PageSlot slot_ahead = kOnePage ? page_slot_of(kStages) : PageSlot{0, 0};
     int use = 0, fill = kStages - 1;  // stages of tile j and of tile j + S - 1
     for (int j = 0; j < tiles.count; ++j) {
       __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
       issue(j + kStages - 1, offset_ahead, fill);
-      offset_ahead = offset_of(j + kStages);
+      if constexpr (kOnePage) {
+        offset_ahead = offset_from(j + kStages, slot_ahead);
+        slot_ahead = page_slot_of(j + kStages + 1);
+      } else {
+        offset_ahead = offset_of(j + kStages);
+      }
       arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
       __syncwarp();                        // ... and every lane's
 

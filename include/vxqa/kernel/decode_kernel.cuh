@@ -16,6 +16,7 @@
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/decode_cta_common.cuh>
 #include <vxqa/kernel/decode_cta_sm80.cuh>
+#include <vxqa/kernel/fused_merge.cuh>
 #include <vxqa/mma/fragments.cuh>
 #include <vxqa/mma/pv_consumer.cuh>
 #include <vxqa/mma/qk_consumer.cuh>
@@ -43,6 +44,7 @@ struct DecodeCta {
   static constexpr int kTileTokens = Geometry::kTokens;
   static constexpr int kPieces = Config::kPiecesPerTile;  // per K (and per V) tile
   static constexpr int kStages = Config::kStages;
+  static_assert(kFusedMergeSmemBytes <= Config::kSmemBytes, "DecodeCta: the fused merge's weights must fit");
 
   using Tiles = WarpTiles<kTileTokens, Config::kWarps>;
 
@@ -138,6 +140,7 @@ struct DecodeCta {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
+    if (a.merge_counters) merge_if_last<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work, smem);
   }
 
   // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
