@@ -26,6 +26,10 @@ struct CtaWork {
   VXQA_DEVICE bool live() const { return end > begin; }
 };
 
+// The CTA's chunk, sequence and head tile, from blockIdx alone (begin = end = 0).
+template <int kHeadsPerCta>
+VXQA_DEVICE CtaWork cta_tile(const DecodeKernelArgs& a);
+
 // Fills `w`; false when the CTA has nothing to do. A bad length is flagged here (and, with
 // one chunk, its outputs written as NaN; with several, the combine writes them).
 template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
@@ -100,16 +104,24 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   }
 }
 
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
-VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
+template <int kHeadsPerCta>
+VXQA_DEVICE CtaWork cta_tile(const DecodeKernelArgs& a) {
+  CtaWork w;
   w.chunk = blockIdx.x;
   w.seq_index = blockIdx.z;
   w.kv_head = blockIdx.y / a.m_tiles;
   w.m_tile = blockIdx.y % a.m_tiles;
-  if (w.seq_index >= a.batch) return false;
   const int head0 = w.m_tile * kHeadsPerCta;
   w.heads = min(kHeadsPerCta, a.group_size - head0);
   w.q_head0 = w.kv_head * a.group_size + head0;
+  w.begin = w.end = 0;
+  return w;
+}
+
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
+VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
+  w = cta_tile<kHeadsPerCta>(a);
+  if (w.seq_index >= a.batch) return false;
   const bool single_chunk = a.num_chunks == 1;
   // Who writes a sequence's final outputs when no merge will: with one chunk, its CTA;
   // with a fused merge, chunk 0's (a bad length's NaNs here; a length of 0 goes through

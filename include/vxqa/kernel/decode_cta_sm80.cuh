@@ -14,7 +14,6 @@
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/decode_cta_common.cuh>
-#include <vxqa/kernel/fused_merge.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
 #include <vxqa/mma/sm80_pv_consumer.cuh>
 #include <vxqa/mma/sm80_qk_consumer.cuh>
@@ -44,11 +43,11 @@ struct DecodeCtaSm80 {
   static constexpr int kMergeOBytes = kMTiles * 4 * 32 * 4;
   static_assert(kMergeOBytes + 16 * 4 <= Config::kSm80WarpBytes,
                 "DecodeCtaSm80: a warp's merge area must fit in its stages");
-  static_assert(kFusedMergeSmemBytes <= Config::kSm80SmemBytes, "DecodeCtaSm80: the fused merge's weights must fit");
 
-  VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
+  // True when the CTA wrote its chunk's output (or partials).
+  VXQA_DEVICE static bool run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return false;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 
@@ -102,7 +101,7 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
-    if (a.merge_counters) merge_if_last<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work, smem);
+    return true;
   }
 
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is

@@ -24,12 +24,13 @@ namespace vxqa {
 // partials): the chunk weights of up to 8 heads, and their sums.
 inline constexpr int kFusedMergeSmemBytes = (8 * kFusedMergeMaxChunks + 8) * 4;
 
-// Call with every thread of the CTA after its chunk's partials are written. The chunk count
-// of a sequence of length 0 is taken as 1: chunk 0 then runs (empty) so that someone
-// writes its zeros.
+// Call with every thread of a CTA that has written its chunk's partials (the decode kernel
+// does, after the body). The chunk count of a sequence of length 0 is taken as 1: chunk 0
+// then runs (empty) so that someone writes its zeros.
 template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
-VXQA_DEVICE void merge_if_last(const DecodeKernelArgs& a, const CtaWork& w, uint8_t* smem) {
+VXQA_DEVICE void merge_if_last(const DecodeKernelArgs& a, uint8_t* smem) {
   static_assert(kHeadsPerCta <= 8, "merge_if_last: the weights area holds 8 heads");
+  const CtaWork w = cta_tile<kHeadsPerCta>(a);
   constexpr int kWarps = kThreads / 32;
   const int len = a.seq_lens[w.seq_index];
   const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
