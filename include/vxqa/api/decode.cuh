@@ -168,13 +168,17 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
               size_t workspace_bytes, cudaStream_t stream) {
   const Status status = validate<Config>(params, plan, workspace, workspace_bytes);
   if (!status.ok()) return status;
-  const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
+  DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
 
   int smem_bytes = 0;
-  const Status body = decode_smem_bytes<Config>(&smem_bytes);
+  bool sm80_body = false;
+  const Status body = decode_smem_bytes<Config>(&smem_bytes, &sm80_body);
   if (!body.ok()) return body;
+  // The fused merge is the SM80 body's; the SM70 body's chunks go to the combine kernel.
+  if (!sm80_body) args.merge_counters = nullptr;
+  const bool fused = args.merge_counters != nullptr;
   // One memset: the error word and, with a fused merge, the counters behind it.
-  const size_t zeroed = plan.fused_merge ? size_t(reinterpret_cast<uint8_t*>(args.partial_lse) -
+  const size_t zeroed = fused ? size_t(reinterpret_cast<uint8_t*>(args.partial_lse) -
                                                   reinterpret_cast<uint8_t*>(args.errors))
                                          : sizeof(uint32_t);
   cudaError_t err = cudaMemsetAsync(args.errors, 0, zeroed, stream);
@@ -187,7 +191,7 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   err = cudaLaunchKernel(reinterpret_cast<const void*>(&decode_kernel<Config>), grid,
                          dim3(Config::kThreads), kernel_args, smem_bytes, stream);
   if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
-  if (plan.num_chunks > 1 && !plan.fused_merge) {
+  if (plan.num_chunks > 1 && !fused) {
     const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch,
                             CombineShape<Config::kHeadDim>::kSlices);
     // On sm_90 the combine is the decode kernel's programmatic dependent: its launch

@@ -47,10 +47,9 @@ struct DecodeCta {
 
   using Tiles = WarpTiles<kTileTokens, Config::kWarps>;
 
-  // True when the CTA wrote its chunk's output (or partials).
-  VXQA_DEVICE static bool run(const DecodeKernelArgs& a, uint8_t* smem) {
+  VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return false;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
     const int seq_index = work.seq_index, kv_head = work.kv_head;
 
     uint8_t* q_tile = smem;
@@ -140,7 +139,6 @@ struct DecodeCta {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
-    return true;
   }
 
   // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
@@ -223,20 +221,19 @@ struct DecodeCta {
 // (decode_smem_bytes, from the code the device runs).
 template <class Config>
 __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKernelArgs args) {
-  static_assert(kFusedMergeSmemBytes <= Config::kSmemBytes && kFusedMergeSmemBytes <= Config::kSm80SmemBytes,
-                "decode_kernel: the fused merge's weights must fit in either body's shared memory");
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
-  bool wrote = false;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (Config::kHasSm80Path) {
-    wrote = DecodeCtaSm80<Config>::run(args, vxqa_decode_smem);
-  } else
-#endif
-  {
-    wrote = DecodeCta<Config>::run(args, vxqa_decode_smem);
+    static_assert(kFusedMergeSmemBytes <= Config::kSm80SmemBytes,
+                  "decode_kernel: the fused merge's weights must fit in the SM80 body's shared memory");
+    if (DecodeCtaSm80<Config>::run(args, vxqa_decode_smem) && args.merge_counters)
+      merge_if_last<Config::kHeadsPerCta, Config::kHeadDim, Config::kThreads, Config::kQo>(args, vxqa_decode_smem);
+    return;
   }
-  if (args.merge_counters && wrote)
-    merge_if_last<Config::kHeadsPerCta, Config::kHeadDim, Config::kThreads, Config::kQo>(args, vxqa_decode_smem);
+#endif
+  // The SM70 body never gets merge counters (decode() launches the combine for it): the
+  // merge's code in this kernel moved ptxas' register allocation into spills on sm_70.
+  DecodeCta<Config>::run(args, vxqa_decode_smem);
 }
 #endif
 
