@@ -136,6 +136,44 @@ TEST_CASE("Decoder in a CUDA graph follows the lengths at every replay", "[decod
   VXQA_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+TEST_CASE("Decoder::choose and decode_with: the same choice with the caller's workspace", "[decoder]") {
+  vxqa::reference::RandomProblemOptions o;
+  o.head_dim = 64;
+  o.stride_align = 16;
+  o.page_size = 7;
+  o.batch = 3;
+  o.kv_heads = 2;
+  o.group = 4;
+  o.max_seq_len = 900;
+  const auto p = vxqa::reference::make_random_problem(o, 1250);
+  vxqa_test::DeviceProblem d(p);
+  vxqa::Decoder<List>::Choice choice;
+  const vxqa::Status chosen = vxqa::Decoder<List>::choose(shape_of(p, max_length(p)), &choice);
+  INFO(chosen.message());
+  REQUIRE(chosen.ok());
+  REQUIRE(vxqa::Decoder<List>::config_name(choice) == "D64 e5m2 fp16 W4 page*");
+  vxqa_test::DeviceBuffer<unsigned char> ws(choice.plan.workspace_bytes);
+  vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
+  vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
+  out.poison(vxqa_test::kNanPoison);
+  lse.poison(vxqa_test::kNanPoison);
+  const vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
+  const vxqa::Status run = vxqa::Decoder<List>::decode_with(choice, params, ws.get(), choice.plan.workspace_bytes, 0);
+  INFO(run.message());
+  REQUIRE(run.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  vxqa_test::DecodeResult r;
+  r.out = out.download();
+  r.lse = lse.download();
+  REQUIRE(vxqa::read_decode_errors(ws.get(), 0, &r.errors).ok());
+  vxqa_test::check_against_reference(p, r);
+  // A workspace smaller than the plan's is refused, as is a choice choose() never made.
+  REQUIRE(vxqa::Decoder<List>::decode_with(choice, params, ws.get(), choice.plan.workspace_bytes - 1, 0).field() ==
+          "workspace_bytes");
+  REQUIRE(vxqa::Decoder<List>::decode_with(vxqa::Decoder<List>::Choice{}, params, ws.get(),
+                                           choice.plan.workspace_bytes, 0).field() == "decoder");
+}
+
 TEST_CASE("Decoder names the field when no Config fits, and refuses to decode before init", "[decoder]") {
   vxqa::Decoder<List> decoder;
   vxqa::DecodeParams params;
