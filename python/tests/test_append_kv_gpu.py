@@ -23,7 +23,8 @@ def encode(x, scale, cache_dtype):
 
 
 def as_bytes(t):
-    return t.view(torch.uint8) if t.dtype != torch.uint8 else t
+    """t's bytes: the last dimension times the element size."""
+    return t.view(torch.uint8)
 
 
 @pytest.mark.parametrize("input_dtype", [torch.float16, torch.bfloat16])
@@ -45,12 +46,14 @@ def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype):
                          v_scale=torch.tensor([v_scale], device=cuda), errors=errors)
     torch.cuda.synchronize()
     assert errors.item() == 0
-    want_k, want_v = k_before.cpu().view(-1, heads, dim), v_before.cpu().view(-1, heads, dim)
+    # Compared as bytes, [slot, head, dim * element bytes]: every dtype compares alike.
+    want_k = as_bytes(k_before.cpu().view(-1, heads, dim)).clone()
+    want_v = as_bytes(v_before.cpu().view(-1, heads, dim)).clone()
     written = slots >= 0
-    want_k[slots[written]] = encode(key[written], k_scale, cache_dtype)
-    want_v[slots[written]] = encode(value[written], v_scale, cache_dtype)
-    assert torch.equal(as_bytes(k_cache.cpu()).view(-1, heads, dim), as_bytes(want_k))
-    assert torch.equal(as_bytes(v_cache.cpu()).view(-1, heads, dim), as_bytes(want_v))
+    want_k[slots[written]] = as_bytes(encode(key[written], k_scale, cache_dtype))
+    want_v[slots[written]] = as_bytes(encode(value[written], v_scale, cache_dtype))
+    assert torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)), want_k)
+    assert torch.equal(as_bytes(v_cache.cpu().view(-1, heads, dim)), want_v)
 
 
 def test_append_kv_bad_slots_set_the_error_and_write_nothing(cuda):
@@ -107,6 +110,7 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
         slots.copy_(table[torch.arange(batch), now // page_size] * page_size + now % page_size)
         lens.copy_((now + 1).int())
         out.fill_(math.nan)
+        lse.fill_(math.nan)
         graph.replay()
     torch.cuda.synchronize()
     assert errors.tolist() == [0, 0]
@@ -115,5 +119,5 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
                                                              k_scale.item(), v_scale.item())
     assert_matches_reference(out, lse, ref_out, ref_lse, v_cache, v_scale.item(), lens)
     last = table[torch.arange(batch), (start + 11) // page_size] * page_size + (start + 11) % page_size
-    stored = k_cache.view(-1, heads, dim)[last.to(cuda)].cpu()
-    assert torch.equal(stored.view(torch.uint8), encode(key.cpu(), 0.5, torch.uint8))
+    stored = k_cache.view(torch.uint8).view(-1, heads, dim)[last.to(cuda)].cpu()
+    assert torch.equal(stored, encode(key.cpu(), 0.5, torch.uint8))
