@@ -23,7 +23,8 @@ vxqa::Status run_decode(const vxqa::DecodeParams& params, vxqa::KvType cache_typ
     if (f.head_dim == params.head_dim && f.kv == cache_type) return f.run(params, max_context, workspace, stream);
   return vxqa::Status::invalid("head_dim", "no Config of vxqa::DefaultDecoderConfigs takes head dim " +
                                                std::to_string(params.head_dim) + " with a " +
-                                               (cache_type == vxqa::KvType::kE5M2 ? "E5M2" : "fp16") + " cache");
+                                               (cache_type == vxqa::KvType::kE5M2 ? "E5M2" : "fp16") + " cache and " +
+                                               (params.qo_type == vxqa::ActType::kBf16 ? "bf16" : "fp16") + " q/out");
 }
 
 }  // namespace vxqa_torch

@@ -1,6 +1,6 @@
 // decode_family.cuh — decode_family<HeadDim, Kv>: vxqa::Decoder's choice among the Configs
-// of DefaultDecoderConfigs with that head dim and cache type. The Decoder filters by both
-// before it looks at the page size, so choosing within the family chooses as the whole list
+// of DefaultDecoderConfigs with that head dim and cache type (both q/out types). The Decoder
+// filters by head dim, cache and q/out type before it looks at the page size, so choosing within the family chooses as the whole list
 // would. The plan comes from the step's shapes and the workspace from the caller (torch's
 // caching allocator), so nothing here is illegal inside a CUDA-graph capture.
 #pragma once
@@ -40,6 +40,7 @@ vxqa::Status decode_family(const vxqa::DecodeParams& params, int max_context, co
   shape.group_size = params.group_size;
   shape.max_batch = params.batch;
   shape.max_context = max_context;
+  shape.qo_type = params.qo_type;
   typename Decoder::Choice choice;
   const vxqa::Status chosen = Decoder::choose(shape, &choice);
   if (!chosen.ok()) return chosen;

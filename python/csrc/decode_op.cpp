@@ -24,8 +24,7 @@ DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const a
                          const std::optional<at::Tensor>& v_scale_tensor, int64_t max_context, const at::Tensor& out,
                          const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
   check_dim(q, "q", 3, "[batch, num_q_heads, head_dim]");
-  // bfloat16 joins when vxqa's decode takes it (DecodeParams::qo_type).
-  check_dtype(q, "q", {at::kHalf});
+  check_dtype(q, "q", {at::kHalf, at::kBFloat16});
   check_rows_contiguous(q, "q");
   const vxqa::KvType cache_type = check_cache_pair(k_cache, v_cache);
   const int64_t batch = q.size(0), q_heads = q.size(1), page_size = k_cache.size(1), kv_heads = k_cache.size(2);
@@ -93,6 +92,7 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
 
   vxqa::DecodeParams p;
   p.q = q.data_ptr();
+  p.qo_type = q.scalar_type() == at::kBFloat16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
   p.q_batch_stride = q.stride(0);
   p.q_head_stride = q.stride(1);
   p.out = out.data_ptr();

@@ -87,8 +87,8 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
     v_cache = torch.zeros_like(k_cache)
     block_table = table.int().to(cuda)
     k_scale, v_scale = torch.tensor(0.5, device=cuda), torch.tensor(2.0, device=cuda)
-    q = torch.zeros(batch, heads * group, dim, dtype=torch.half, device=cuda)
-    key = torch.zeros(batch, heads, dim, dtype=torch.half, device=cuda)
+    q = torch.zeros(batch, heads * group, dim, dtype=torch.bfloat16, device=cuda)  # a bf16 model
+    key = torch.zeros(batch, heads, dim, dtype=torch.bfloat16, device=cuda)
     value = torch.zeros_like(key)
     slots = torch.zeros(batch, dtype=torch.long, device=cuda)
     lens = torch.zeros(batch, dtype=torch.int32, device=cuda)
@@ -104,9 +104,9 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
     start = torch.tensor([0, 5, 20])  # ragged: each sequence already holds this many tokens
     for step in range(12):
         now = start + step  # the token written this step is number `now`
-        q.copy_(torch.randn(q.shape, generator=g).half())
-        key.copy_((torch.randn(key.shape, generator=g)).half())
-        value.copy_((torch.randn(value.shape, generator=g)).half())
+        q.copy_(torch.randn(q.shape, generator=g))
+        key.copy_(torch.randn(key.shape, generator=g))
+        value.copy_(torch.randn(value.shape, generator=g))
         slots.copy_(table[torch.arange(batch), now // page_size] * page_size + now % page_size)
         lens.copy_((now + 1).int())
         out.fill_(math.nan)

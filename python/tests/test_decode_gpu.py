@@ -1,6 +1,6 @@
 """decode on the GPU against the float64 reference: fresh random data, random page tables,
 ragged lengths (a length-0 sequence included), out and lse poisoned with NaN first; every
-cache dtype and head dim of the default Configs, strided views, scales as device tensors,
+cache dtype and head dim of the default Configs, fp16 and bf16 q, strided views, scales as device tensors,
 the error word, CUDA-graph capture and replay with changing lengths and scales,
 torch.compile, opcheck, and the library's own checks naming the field."""
 import math
@@ -22,12 +22,14 @@ def run(p, **kw):
     return out, lse, errors
 
 
-@pytest.mark.parametrize("head_dim,cache,page_size", [
-    (64, "uint8", 16), (128, "float8_e5m2", 16), (256, "uint8", 16), (128, "uint8", 7), (256, "float8_e5m2", 5),
-    (64, "float16", 16), (128, "float16", 32), (256, "float16", 16)])
-def test_decode_matches_reference(cuda, head_dim, cache, page_size):
+@pytest.mark.parametrize("head_dim,cache,page_size,q_dtype", [
+    (64, "uint8", 16, torch.float16), (128, "float8_e5m2", 16, torch.float16), (256, "uint8", 16, torch.float16),
+    (128, "uint8", 7, torch.float16), (256, "float8_e5m2", 5, torch.float16), (64, "float16", 16, torch.float16),
+    (128, "float16", 32, torch.float16), (256, "float16", 16, torch.float16), (64, "uint8", 16, torch.bfloat16),
+    (128, "float8_e5m2", 9, torch.bfloat16), (256, "float16", 16, torch.bfloat16)])
+def test_decode_matches_reference(cuda, head_dim, cache, page_size, q_dtype):
     p = random_problem(10 + head_dim + page_size, batch=4, head_dim=head_dim, page_size=page_size, max_len=900,
-                       cache_dtype=CACHE_DTYPES[cache], device=cuda, lengths=[900, 0, 1, 517])
+                       cache_dtype=CACHE_DTYPES[cache], q_dtype=q_dtype, device=cuda, lengths=[900, 0, 1, 517])
     out, lse, errors = run(p)
     torch.cuda.synchronize()
     assert errors.item() == 0

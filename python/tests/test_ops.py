@@ -54,7 +54,7 @@ def other_strides(x):
 # (what is wrong, the argument named, how to make it wrong)
 DECODE_CASES = [
     ("q float32", "q", lambda a: a.update(q=a["q"].float())),
-    ("q bfloat16 (not yet)", "q", lambda a: a.update(q=a["q"].bfloat16(), out=a["out"].bfloat16())),
+    ("q float8", "q", lambda a: a.update(q=a["q"].to(torch.float8_e5m2))),
     ("q 2-D", "q", lambda a: a.update(q=a["q"][0])),
     ("q rows strided", "q", lambda a: a.update(q=strided_like(a["q"]))),
     ("q heads not a multiple of KV heads", "q", lambda a: a.update(q=a["q"][:, :5], out=a["out"][:, :5])),
@@ -70,6 +70,7 @@ DECODE_CASES = [
     ("seq_lens int64", "seq_lens", lambda a: a.update(seq_lens=a["seq_lens"].long())),
     ("seq_lens batch", "seq_lens", lambda a: a.update(seq_lens=a["seq_lens"][:1])),
     ("out dtype", "out", lambda a: a.update(out=a["out"].float())),
+    ("out float16 for bfloat16 q", "out", lambda a: a.update(q=a["q"].bfloat16())),
     ("out shape", "out", lambda a: a.update(out=a["out"][:1])),
     ("lse dtype", "lse", lambda a: a.update(lse=a["lse"].half())),
     ("lse shape", "lse", lambda a: a.update(lse=a["lse"][:, :1])),

@@ -32,7 +32,7 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, k_
            max_context=None, out=None, lse=None, errors=None):
     """One decode step: softmax(q K^T * softmax_scale) V per query head over the paged cache.
 
-    q            float16 [batch, num_q_heads, head_dim], the last dimension contiguous.
+    q            float16 or bfloat16 [batch, num_q_heads, head_dim], the last dimension contiguous.
     k_cache      [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD, any strides but
     v_cache      the last), uint8 or float8_e5m2 (E5M2 codes) or float16; K and V share
                  dtype, shape and strides. Query head h reads KV head h // group.
