@@ -50,13 +50,14 @@ void append_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor&
                const std::optional<at::Tensor>& errors) {
   const vxqa::KvType cache_type =
       check_append_kv(key, value, slot_mapping, k_cache, v_cache, k_scale_tensor, v_scale_tensor, errors);
-  const at::Device device = key.device();
-  for (const auto& [t, name] : {std::pair{&key, "key"}, {&value, "value"}, {&slot_mapping, "slot_mapping"},
-                                {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
-    check_device(*t, name, device);
-  check_device(errors, "errors", device);
-  check_device(k_scale_tensor, "k_scale", device);
-  check_device(v_scale_tensor, "v_scale", device);
+  const at::Device device = check_devices({{&key, "key"},
+                                           {&value, "value"},
+                                           {&slot_mapping, "slot_mapping"},
+                                           {&k_cache, "k_cache"},
+                                           {&v_cache, "v_cache"},
+                                           {given(errors), "errors"},
+                                           {given(k_scale_tensor), "k_scale"},
+                                           {given(v_scale_tensor), "v_scale"}});
 
   vxqa::AppendKvParams p;
   p.key = key.data_ptr();

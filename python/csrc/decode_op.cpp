@@ -80,15 +80,16 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
                 const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
   const DecodeShape shape = check_decode(q, k_cache, v_cache, block_table, seq_lens, k_scale_tensor, v_scale_tensor,
                                          max_context, out, lse, errors);
-  const at::Device device = q.device();
-  check_device(q, "q", device);
-  for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&block_table, "block_table"},
-                                {&seq_lens, "seq_lens"}, {&out, "out"}})
-    check_device(*t, name, device);
-  check_device(lse, "lse", device);
-  check_device(errors, "errors", device);
-  check_device(k_scale_tensor, "k_scale", device);
-  check_device(v_scale_tensor, "v_scale", device);
+  const at::Device device = check_devices({{&q, "q"},
+                                           {&k_cache, "k_cache"},
+                                           {&v_cache, "v_cache"},
+                                           {&block_table, "block_table"},
+                                           {&seq_lens, "seq_lens"},
+                                           {&out, "out"},
+                                           {given(lse), "lse"},
+                                           {given(errors), "errors"},
+                                           {given(k_scale_tensor), "k_scale"},
+                                           {given(v_scale_tensor), "v_scale"}});
 
   vxqa::DecodeParams p;
   p.q = q.data_ptr();

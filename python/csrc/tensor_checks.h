@@ -78,14 +78,25 @@ inline vxqa::KvType check_cache_pair(const at::Tensor& k, const at::Tensor& v) {
   return k.scalar_type() == at::kHalf ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
 }
 
-// Every tensor argument on `device`, a CUDA device (checked last: the shape checks above run
-// on CPU and meta tensors too, so they can be tested without a GPU).
-inline void check_device(const at::Tensor& t, const char* name, const at::Device& device) {
-  TORCH_CHECK_VALUE(t.device().is_cuda(), name, ": must be a CUDA tensor, got device ", t.device());
-  TORCH_CHECK_VALUE(t.device() == device, name, ": is on ", t.device(), ", the other arguments on ", device);
-}
-inline void check_device(const std::optional<at::Tensor>& t, const char* name, const at::Device& device) {
-  if (t) check_device(*t, name, device);
+// A tensor argument and its name; a null tensor is an optional one not given.
+struct NamedTensor {
+  const at::Tensor* tensor;
+  const char* name;
+};
+inline const at::Tensor* given(const std::optional<at::Tensor>& t) { return t ? &*t : nullptr; }
+
+// Every tensor argument on the first one's CUDA device (checked last: the shape checks above
+// run on CPU and meta tensors too, so they can be tested without a GPU). Returns the device.
+inline at::Device check_devices(std::initializer_list<NamedTensor> args) {
+  const at::Device device = args.begin()->tensor->device();
+  for (const NamedTensor& a : args) {
+    if (!a.tensor) continue;
+    TORCH_CHECK_VALUE(a.tensor->device().is_cuda(), a.name, ": must be a CUDA tensor, got device ",
+                      a.tensor->device());
+    TORCH_CHECK_VALUE(a.tensor->device() == device, a.name, ": is on ", a.tensor->device(), ", ",
+                      args.begin()->name, " on ", device);
+  }
+  return device;
 }
 
 }  // namespace vxqa_torch

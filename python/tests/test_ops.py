@@ -113,22 +113,18 @@ def test_schemas_declare_what_they_mutate():
         "float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(c!)? errors) -> ()")
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("what,field,spoil", DECODE_CASES, ids=[c[0] for c in DECODE_CASES])
-def test_decode_names_the_bad_argument(device, what, field, spoil):
-    a = decode_args(device)
-    spoil(a)
-    with pytest.raises(ValueError, match=rf"^{field}: "):
-        call_decode(a)
+OPS = {"decode": (decode_args, call_decode), "append_kv": (append_args, call_append)}
+CASES = [("decode", *c) for c in DECODE_CASES] + [("append_kv", *c) for c in APPEND_CASES]
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("what,field,spoil", APPEND_CASES, ids=[c[0] for c in APPEND_CASES])
-def test_append_kv_names_the_bad_argument(device, what, field, spoil):
-    a = append_args(device)
+@pytest.mark.parametrize("op,what,field,spoil", CASES, ids=[f"{c[0]}: {c[1]}" for c in CASES])
+def test_each_op_names_the_bad_argument(device, op, what, field, spoil):
+    make_args, call = OPS[op]
+    a = make_args(device)
     spoil(a)
     with pytest.raises(ValueError, match=rf"^{field}: "):
-        call_append(a)
+        call(a)
 
 
 def test_cpu_tensors_are_refused_after_every_other_check():
