@@ -11,6 +11,9 @@
 #                                        kernels profiled ("ncu"); contexts.json ("contexts")
 #   peer*.json peer.log                  FlashInfer on the same shapes (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
+#   torch-build.log torch-pytest.log torch-example.log   the torch package built for this GPU,
+#                                        its pytest suite and example (step "torch":
+#                                        scripts/torch_test.sh with python3)
 # Steps run in the order VXQA_STEPS names them (default "build suite sweep bench sanitize");
 # VXQA_SUITES: which GPU suites step "suite" runs ("default sm70").
 # VXQA_TARGETS: what step "build" builds (default: everything the steps use).
@@ -131,6 +134,13 @@ step_peer() {
     note "peer on contexts: rc $?, $((SECONDS - start)) s"
   fi
   cat "$out/peer.log"
+}
+
+step_torch() {
+  start=$SECONDS
+  OUT="$out" PYTHON="${PYTHON:-python3}" bash scripts/torch_test.sh >"$out/torch.log" 2>&1
+  note "torch: rc $?, $((SECONDS - start)) s: $(grep -sE ' (passed|failed)' "$out/torch-pytest.log" | tail -1); $(grep -sE '^torch_gqa_layer: (passed|FAILED|no CUDA)' "$out/torch-example.log")"
+  cat "$out/torch.log"
 }
 
 for step in $steps; do "step_$step"; done

@@ -4,6 +4,8 @@
 #   - Debian's CUDA 11.8 (non-free) + g++-11: the only nvcc that targets sm_70
 #   - Catch2 v2 (Debian), CMake
 #   - CUDA 12.8 NVRTC + headers from PyPI, in .venv-cu128/ (sm_70 builds with 12.8's compiler)
+#   - torch (CUDA 13.0 wheels, as nvcc), pytest, ninja from PyPI, in .venv-torch/ (the torch
+#     package's build and CPU tests, scripts/torch_test.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export DEBIAN_FRONTEND=noninteractive
@@ -36,5 +38,11 @@ if [ ! -f "$venv/.ok" ]; then
   "$venv/bin/pip" install -q --disable-pip-version-check \
     'nvidia-cuda-nvrtc-cu12==12.8.*' 'nvidia-cuda-runtime-cu12==12.8.*' 'nvidia-cuda-cccl-cu12==12.8.*'
   touch "$venv/.ok"
+fi
+torch_venv="$root/.venv-torch"
+if [ ! -f "$torch_venv/.ok" ]; then
+  python3 -m venv "$torch_venv"
+  "$torch_venv/bin/pip" install -q --disable-pip-version-check 'torch==2.11.0' numpy pytest ninja setuptools wheel
+  touch "$torch_venv/.ok"
 fi
 echo "setup: done"

@@ -33,6 +33,28 @@ int max_length(const vxqa::reference::RandomProblem& p) {
   return len;
 }
 
+// One eager step through `launch(params)` on NaN-poisoned out and lse; `read_errors(&bits)`
+// reads the error word after it.
+template <class Launch, class ReadErrors>
+vxqa_test::DecodeResult run_poisoned(const vxqa::reference::RandomProblem& p, const vxqa_test::DeviceProblem& d,
+                                     vxqa::ActType qo, Launch launch, ReadErrors read_errors) {
+  vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
+  vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
+  out.poison(vxqa_test::kNanPoison);
+  lse.poison(vxqa_test::kNanPoison);
+  vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
+  params.qo_type = qo;
+  const vxqa::Status run = launch(params);
+  INFO(run.message());
+  REQUIRE(run.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  vxqa_test::DecodeResult r;
+  r.out = out.download();
+  r.lse = lse.download();
+  REQUIRE(read_errors(&r.errors).ok());
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]") {
@@ -69,21 +91,9 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
     INFO(s.message());
     REQUIRE(s.ok());
     REQUIRE(decoder.config_name() == w.config);
-
-    vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
-    vxqa_test::DeviceBuffer<float> lse(size_t(p.batch) * p.query_heads());
-    out.poison(vxqa_test::kNanPoison);
-    lse.poison(vxqa_test::kNanPoison);
-    vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), lse.get());
-    params.qo_type = qo;
-    const vxqa::Status run = decoder.decode(params, 0);
-    INFO(run.message());
-    REQUIRE(run.ok());
-    VXQA_CUDA_CHECK_LAUNCH();
-    vxqa_test::DecodeResult r;
-    r.out = out.download();
-    r.lse = lse.download();
-    REQUIRE(decoder.read_errors(0, &r.errors).ok());
+    const vxqa_test::DecodeResult r = run_poisoned(
+        p, d, qo, [&](const vxqa::DecodeParams& params) { return decoder.decode(params, 0); },
+        [&](uint32_t* errors) { return decoder.read_errors(0, errors); });
     vxqa_test::check_against_reference(p, r, qo);
   }
 }
@@ -134,6 +144,39 @@ TEST_CASE("Decoder in a CUDA graph follows the lengths at every replay", "[decod
   VXQA_CUDA_CHECK(cudaGraphExecDestroy(exec));
   VXQA_CUDA_CHECK(cudaGraphDestroy(graph));
   VXQA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("Decoder::choose and decode_with: the same choice with the caller's workspace", "[decoder]") {
+  vxqa::reference::RandomProblemOptions o;
+  o.head_dim = 64;
+  o.stride_align = 16;
+  o.page_size = 7;
+  o.batch = 3;
+  o.kv_heads = 2;
+  o.group = 4;
+  o.max_seq_len = 900;
+  const auto p = vxqa::reference::make_random_problem(o, 1250);
+  vxqa_test::DeviceProblem d(p);
+  vxqa::Decoder<List>::Choice choice;
+  const vxqa::Status chosen = vxqa::Decoder<List>::choose(shape_of(p, max_length(p)), &choice);
+  INFO(chosen.message());
+  REQUIRE(chosen.ok());
+  REQUIRE(vxqa::Decoder<List>::config_name(choice) == "D64 e5m2 fp16 W4 page*");
+  vxqa_test::DeviceBuffer<unsigned char> ws(choice.plan.workspace_bytes);
+  const vxqa_test::DecodeResult r = run_poisoned(
+      p, d, vxqa::ActType::kFp16,
+      [&](const vxqa::DecodeParams& params) {
+        return vxqa::Decoder<List>::decode_with(choice, params, ws.get(), choice.plan.workspace_bytes, 0);
+      },
+      [&](uint32_t* errors) { return vxqa::read_decode_errors(ws.get(), 0, errors); });
+  vxqa_test::check_against_reference(p, r);
+  // A workspace smaller than the plan's is refused, as is a choice choose() never made.
+  vxqa_test::DeviceBuffer<uint16_t> out(p.q.size());
+  const vxqa::DecodeParams params = vxqa_test::make_params(p, d, out.get(), nullptr);
+  REQUIRE(vxqa::Decoder<List>::decode_with(choice, params, ws.get(), choice.plan.workspace_bytes - 1, 0).field() ==
+          "workspace_bytes");
+  REQUIRE(vxqa::Decoder<List>::decode_with(vxqa::Decoder<List>::Choice{}, params, ws.get(),
+                                           choice.plan.workspace_bytes, 0).field() == "decoder");
 }
 
 TEST_CASE("Decoder names the field when no Config fits, and refuses to decode before init", "[decoder]") {

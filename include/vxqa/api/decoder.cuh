@@ -73,10 +73,17 @@ class Decoder<ConfigList<Configs...>> {
   Decoder& operator=(const Decoder&) = delete;
   ~Decoder() { release(); }
 
-  // Picks the Config, makes the plan for the current device, allocates the workspace and
-  // sets the kernel's shared-memory opt-in (once per device and Config).
-  Status init(const DecoderShape& shape) {
-    release();
+  // What init chose, without the workspace: the Config (an index into the list) and its
+  // plan. For callers that allocate the workspace themselves, e.g. from a framework's
+  // caching allocator, which stays legal inside a CUDA-graph capture where cudaMalloc is not.
+  struct Choice {
+    int index = -1;
+    DecodePlan plan{};
+  };
+
+  // Picks the Config and makes the plan for the current device, as init does, and sets the
+  // kernel's shared-memory opt-in (once per device and Config); allocates nothing.
+  static Status choose(const DecoderShape& shape, Choice* choice) {
     if (shape.head_dim < 1) return Status::invalid("head_dim", "must be >= 1");
     if (shape.page_size < 1) return Status::invalid("page_size", "must be >= 1");
     int index = find(shape, true);
@@ -87,15 +94,40 @@ class Decoder<ConfigList<Configs...>> {
                                              (shape.cache_type == KvType::kE5M2 ? "E5M2" : "fp16") +
                                              " cache, " + (shape.qo_type == ActType::kBf16 ? "bf16" : "fp16") +
                                              " q/out and page size " + std::to_string(shape.page_size));
-    const Entry& e = entries()[index];
     DecodePlan plan;
-    Status s = e.plan(shape, &plan);
+    const Status s = entries()[index].plan(shape, &plan);
+    if (!s.ok()) return s;
+    choice->index = index;
+    choice->plan = plan;
+    return Status();
+  }
+
+  // One step of the chosen Config with the caller's workspace (at least
+  // choice.plan.workspace_bytes, 256-byte aligned; its first word holds the error bits).
+  static Status decode_with(const Choice& choice, const DecodeParams& params, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    if (choice.index < 0 || choice.index >= int(sizeof...(Configs)))
+      return Status::invalid("decoder", "the choice did not come from a successful choose()");
+    return entries()[choice.index].decode(params, choice.plan, workspace, workspace_bytes, stream);
+  }
+
+  // The Config a choice names, e.g. "D128 e5m2 fp16 W4 page16".
+  static std::string config_name(const Choice& choice) {
+    return choice.index < 0 || choice.index >= int(sizeof...(Configs)) ? std::string()
+                                                                         : entries()[choice.index].name();
+  }
+
+  // choose(), then allocates the workspace (cudaMalloc: call it outside a graph capture).
+  Status init(const DecoderShape& shape) {
+    release();
+    Choice choice;
+    const Status s = choose(shape, &choice);
     if (!s.ok()) return s;
     void* ws = nullptr;
-    const cudaError_t err = cudaMalloc(&ws, plan.workspace_bytes);
+    const cudaError_t err = cudaMalloc(&ws, choice.plan.workspace_bytes);
     if (err != cudaSuccess) return Status::cuda("cudaMalloc (workspace)", cudaGetErrorString(err));
-    entry_ = &e;
-    plan_ = plan;
+    entry_ = &entries()[choice.index];
+    plan_ = choice.plan;
     workspace_ = ws;
     return Status();
   }

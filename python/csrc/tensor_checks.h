@@ -1,0 +1,102 @@
+// tensor_checks.h — the torch-side checks of the ops' arguments. Each raises with the
+// argument's name first, "name: why", as vxqa's Status::message() does: ValueError for a
+// bad argument (TORCH_CHECK_VALUE), RuntimeError for a CUDA failure.
+#pragma once
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <vxqa/api/params.cuh>
+#include <vxqa/kernel/config.cuh>
+
+namespace vxqa_torch {
+
+inline void check_status(const vxqa::Status& s) {
+  if (s.code() == vxqa::StatusCode::kCudaError) TORCH_CHECK(false, s.message());
+  TORCH_CHECK_VALUE(s.ok(), s.message());
+}
+
+inline void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* shape) {
+  TORCH_CHECK_VALUE(t.dim() == dim, name, ": must be ", shape, " (", dim, " dims), got shape ", t.sizes());
+}
+
+inline void check_dtype(const at::Tensor& t, const char* name, std::initializer_list<at::ScalarType> allowed) {
+  for (at::ScalarType s : allowed)
+    if (t.scalar_type() == s) return;
+  std::string names;
+  for (at::ScalarType s : allowed) names += std::string(names.empty() ? "" : " or ") + c10::toString(s);
+  TORCH_CHECK_VALUE(false, name, ": dtype ", t.scalar_type(), " is not supported (", names, ")");
+}
+
+inline void check_size(const at::Tensor& t, const char* name, int64_t d, int64_t want, const char* what) {
+  TORCH_CHECK_VALUE(t.size(d) == want, name, ": size(", d, ") is ", t.size(d), ", must be ", want, " (", what,
+                    "); shape ", t.sizes());
+}
+
+// The last dimension contiguous (vxqa reads rows with 16-byte loads); other strides free.
+inline void check_rows_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, name, ": the last dimension must be contiguous (stride 1), "
+                    "got strides ", t.strides());
+}
+
+inline void check_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.is_contiguous(), name, ": must be contiguous, got strides ", t.strides());
+}
+
+inline int to_int(int64_t v, const char* name) {
+  TORCH_CHECK_VALUE(v <= std::numeric_limits<int>::max(), name, ": ", v, " does not fit in an int");
+  return static_cast<int>(v);
+}
+
+// A one-word int32 error tensor, into which the op ORs its error bits.
+inline void check_errors(const std::optional<at::Tensor>& errors) {
+  if (!errors) return;
+  check_dtype(*errors, "errors", {at::kInt});
+  TORCH_CHECK_VALUE(errors->numel() == 1, "errors: must hold one int32 word, got shape ", errors->sizes());
+}
+
+// A per-tensor scale given as a device tensor: one fp32 element (0-dim or [1]).
+inline void check_scale_tensor(const std::optional<at::Tensor>& t, const char* name) {
+  if (!t) return;
+  check_dtype(*t, name, {at::kFloat});
+  TORCH_CHECK_VALUE(t->numel() == 1, name, ": must hold one float32 element, got shape ", t->sizes());
+}
+
+// The paged cache, K and V alike: [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD),
+// uint8 or float8_e5m2 (E5M2 codes) or float16, the last dimension contiguous.
+inline vxqa::KvType check_cache_pair(const at::Tensor& k, const at::Tensor& v) {
+  check_dim(k, "k_cache", 4, "[num_pages, page_size, num_kv_heads, head_dim]");
+  check_dtype(k, "k_cache", {at::kByte, at::kFloat8_e5m2, at::kHalf});
+  check_rows_contiguous(k, "k_cache");
+  TORCH_CHECK_VALUE(v.scalar_type() == k.scalar_type(), "v_cache: dtype ", v.scalar_type(), " differs from k_cache's ",
+                    k.scalar_type());
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v_cache: shape ", v.sizes(), " differs from k_cache's ", k.sizes());
+  TORCH_CHECK_VALUE(v.strides() == k.strides(), "v_cache: strides ", v.strides(), " differ from k_cache's ",
+                    k.strides(), " (vxqa takes one set of cache strides)");
+  return k.scalar_type() == at::kHalf ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
+}
+
+// A tensor argument and its name; a null tensor is an optional one not given.
+struct NamedTensor {
+  const at::Tensor* tensor;
+  const char* name;
+};
+inline const at::Tensor* given(const std::optional<at::Tensor>& t) { return t ? &*t : nullptr; }
+
+// Every tensor argument on the first one's CUDA device (checked last: the shape checks above
+// run on CPU and meta tensors too, so they can be tested without a GPU). Returns the device.
+inline at::Device check_devices(std::initializer_list<NamedTensor> args) {
+  const at::Device device = args.begin()->tensor->device();
+  for (const NamedTensor& a : args) {
+    if (!a.tensor) continue;
+    TORCH_CHECK_VALUE(a.tensor->device().is_cuda(), a.name, ": must be a CUDA tensor, got device ",
+                      a.tensor->device());
+    TORCH_CHECK_VALUE(a.tensor->device() == device, a.name, ": is on ", a.tensor->device(), ", ",
+                      args.begin()->name, " on ", device);
+  }
+  return device;
+}
+
+}  // namespace vxqa_torch

@@ -1,0 +1,123 @@
+"""append_kv on the GPU: bit for bit against torch's own conversions (E5M2 with the scale,
+saturated to +-57344, round to nearest even; fp16 likewise), from fp16 and bf16 rows, into
+uint8, float8_e5m2 and fp16 caches; skipped slots and bad slots leave the cache alone; the
+error word; device scales; and append then decode inside a replayed CUDA graph against the
+float64 reference."""
+import math
+
+import pytest
+import torch
+
+import vxqa_torch
+from vxqa_torch.reference import decode_reference
+from problems import E5M2_MAX, assert_matches_reference, random_cache_values
+
+
+def encode(x, scale, cache_dtype):
+    """What the cache must hold for rows x: x / scale in fp32, in the cache's type."""
+    y = x.float() / torch.tensor(scale, dtype=torch.float32)
+    if cache_dtype == torch.float16:
+        return y.half()
+    codes = y.clamp(-E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2)
+    return codes.view(torch.uint8) if cache_dtype == torch.uint8 else codes
+
+
+def as_bytes(t):
+    """t's bytes: the last dimension times the element size."""
+    return t.view(torch.uint8)
+
+
+@pytest.mark.parametrize("input_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cache_dtype", [torch.uint8, torch.float8_e5m2, torch.float16])
+def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype):
+    g = torch.Generator().manual_seed(7)
+    tokens, heads, dim, pages, page_size = 37, 2, 128, 9, 16
+    key = (torch.randn(tokens, heads, dim, generator=g) * 4).to(input_dtype)
+    value = (torch.randn(tokens, heads, dim, generator=g) * 4).to(input_dtype)
+    key[0, 0, :4] = torch.tensor([70000.0, -70000.0, 1e-6, -0.0]).to(input_dtype)  # saturation, underflow, sign
+    slots = torch.randperm(pages * page_size, generator=g)[:tokens]
+    slots[5] = -1  # skipped
+    k_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
+    v_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+    k_scale, v_scale = 0.75, 1.5
+    vxqa_torch.append_kv(key.to(cuda), value.to(cuda), slots.to(cuda), k_cache, v_cache, k_scale=k_scale,
+                         v_scale=torch.tensor([v_scale], device=cuda), errors=errors)
+    torch.cuda.synchronize()
+    assert errors.item() == 0
+    # Compared as bytes, [slot, head, dim * element bytes]: every dtype compares alike.
+    want_k = as_bytes(k_before.cpu().view(-1, heads, dim)).clone()
+    want_v = as_bytes(v_before.cpu().view(-1, heads, dim)).clone()
+    written = slots >= 0
+    want_k[slots[written]] = as_bytes(encode(key[written], k_scale, cache_dtype))
+    want_v[slots[written]] = as_bytes(encode(value[written], v_scale, cache_dtype))
+    assert torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)), want_k)
+    assert torch.equal(as_bytes(v_cache.cpu().view(-1, heads, dim)), want_v)
+
+
+def test_append_kv_bad_slots_set_the_error_and_write_nothing(cuda):
+    key = torch.randn(4, 1, 64, device=cuda).half()
+    cache = torch.zeros(2, 16, 1, 64, dtype=torch.uint8, device=cuda)
+    v_cache = torch.zeros_like(cache)
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+    vxqa_torch.append_kv(key, key, torch.tensor([32, -2, 1 << 40, -1], device=cuda), cache, v_cache, errors=errors)
+    torch.cuda.synchronize()
+    assert errors.item() == vxqa_torch.APPEND_ERROR_BAD_SLOT
+    assert cache.count_nonzero().item() == 0 and v_cache.count_nonzero().item() == 0
+
+
+@pytest.mark.parametrize("what,field,kw,head_dim", [
+    ("k_scale 0", "k_scale", dict(k_scale=0.0), 64), ("head dim 12", "head_dim", {}, 12)])
+def test_append_kv_library_checks_name_the_field(cuda, what, field, kw, head_dim):
+    key = torch.randn(3, 1, head_dim, device=cuda).half()
+    cache = torch.zeros(2, 16, 1, head_dim, dtype=torch.uint8, device=cuda)
+    with pytest.raises(ValueError, match=rf"^{field}: "):
+        vxqa_torch.append_kv(key, key, torch.arange(3, device=cuda), cache, cache.clone(), **kw)
+
+
+def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
+    """Each replay writes one new token per sequence at its own slot, then decodes over
+    everything written so far; the lengths, slots and rows change between replays."""
+    g = torch.Generator().manual_seed(11)
+    batch, heads, group, dim, page_size, max_len = 3, 2, 4, 128, 16, 64
+    pages_per_seq = max_len // page_size
+    table = torch.randperm(batch * pages_per_seq + 2, generator=g)[: batch * pages_per_seq].view(batch, -1)
+    k_cache = torch.zeros(batch * pages_per_seq + 2, page_size, heads, dim, dtype=torch.float8_e5m2, device=cuda)
+    v_cache = torch.zeros_like(k_cache)
+    block_table = table.int().to(cuda)
+    k_scale, v_scale = torch.tensor(0.5, device=cuda), torch.tensor(2.0, device=cuda)
+    q = torch.zeros(batch, heads * group, dim, dtype=torch.bfloat16, device=cuda)  # a bf16 model
+    key = torch.zeros(batch, heads, dim, dtype=torch.bfloat16, device=cuda)
+    value = torch.zeros_like(key)
+    slots = torch.zeros(batch, dtype=torch.long, device=cuda)
+    lens = torch.zeros(batch, dtype=torch.int32, device=cuda)
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads * group, device=cuda)
+    errors = torch.zeros(2, dtype=torch.int32, device=cuda)  # [append, decode]: their bits overlap
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale,
+                             errors=errors[0])
+        vxqa_torch.decode(q, k_cache, v_cache, block_table, lens, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
+                          errors=errors[1])
+    start = torch.tensor([0, 5, 20])  # ragged: each sequence already holds this many tokens
+    for step in range(12):
+        now = start + step  # the token written this step is number `now`
+        q.copy_(torch.randn(q.shape, generator=g))
+        key.copy_(torch.randn(key.shape, generator=g))
+        value.copy_(torch.randn(value.shape, generator=g))
+        slots.copy_(table[torch.arange(batch), now // page_size] * page_size + now % page_size)
+        lens.copy_((now + 1).int())
+        out.fill_(math.nan)
+        lse.fill_(math.nan)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert errors.tolist() == [0, 0]
+    # Only the last 12 tokens of each sequence were written; the earlier ones are zero codes.
+    ref_out, ref_lse = decode_reference(q, k_cache, v_cache, block_table, lens, None,
+                                                             k_scale.item(), v_scale.item())
+    assert_matches_reference(out, lse, ref_out, ref_lse, v_cache, v_scale.item(), lens)
+    last = table[torch.arange(batch), (start + 11) // page_size] * page_size + (start + 11) % page_size
+    stored = k_cache.view(torch.uint8).view(-1, heads, dim)[last.to(cuda)].cpu()
+    assert torch.equal(stored, encode(key.cpu(), 0.5, torch.uint8))
