@@ -32,7 +32,9 @@ VXQA_DEVICE CtaWork cta_tile(const DecodeKernelArgs& a);
 
 // Fills `w`; false when the CTA has nothing to do. A bad length is flagged here (and, with
 // one chunk, its outputs written as NaN; with several, the combine writes them).
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
+// kFusedMerge: the body may get merge counters (the SM80 body; for the SM70 one the code
+// is left out, as it moved ptxas' sm_70 register allocation into spills).
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, bool kFusedMerge>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
 
 // Element `index` of the output, rounded from fp32 to its type.
@@ -118,7 +120,7 @@ VXQA_DEVICE CtaWork cta_tile(const DecodeKernelArgs& a) {
   return w;
 }
 
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, bool kFusedMerge>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   w = cta_tile<kHeadsPerCta>(a);
   if (w.seq_index >= a.batch) return false;
@@ -126,7 +128,7 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   // Who writes a sequence's final outputs when no merge will: with one chunk, its CTA;
   // with a fused merge, chunk 0's (a bad length's NaNs here; a length of 0 goes through
   // the merge, chunk 0 taking part with no tokens). Otherwise the combine kernel.
-  const bool writes_final = single_chunk || (a.merge_counters && w.chunk == 0);
+  const bool writes_final = single_chunk || (kFusedMerge && a.merge_counters && w.chunk == 0);
 
   const int len = a.seq_lens[w.seq_index];
   if (!length_is_valid(len, a)) {

@@ -47,7 +47,7 @@ struct DecodeCtaSm80 {
   // True when the CTA wrote its chunk's output (or partials).
   VXQA_DEVICE static bool run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return false;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, true>(a, work)) return false;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 

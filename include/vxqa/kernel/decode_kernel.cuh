@@ -49,7 +49,7 @@ struct DecodeCta {
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, false>(a, work)) return;
     const int seq_index = work.seq_index, kv_head = work.kv_head;
 
     uint8_t* q_tile = smem;
