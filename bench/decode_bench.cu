@@ -66,7 +66,6 @@ struct Result {
   double mbytes, eager_us, graph_us, gbs, pct_copy;
   int chunk, chunks, copies;
   std::vector<int32_t> lens;  // so a peer can run the same lengths
-  bool fused_merge;           // the chunks merged in the decode kernel (no combine launch)
 };
 
 std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
@@ -78,10 +77,9 @@ std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
   return v;
 }
 
-// combine_kernel: merge the chunks with the combine launch even where the plan fuses it.
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
-                 int chunk_tokens = 0, std::string name = "", bool combine_kernel = false) {
+                 int chunk_tokens = 0, std::string name = "") {
   vxqa::reference::RandomProblemOptions po;
   po.batch = shape.batch;
   po.kv_heads = shape.kv_heads;
@@ -120,7 +118,6 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
                                             : vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan);
   if (!planned.ok())
     std::exit(1);
-  if (combine_kernel) plan.fused_merge = false;
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
 
@@ -154,7 +151,7 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
 
   const double best = std::min(eager, replay);
   Result r{shape, name.empty() ? config_name<Config>() : name, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
-           plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens, plan.fused_merge};
+           plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens};
   r.pct_copy = 100.0 * r.gbs / copy_gbs;
   return r;
 }
@@ -299,8 +296,6 @@ int main(int argc, char** argv) {
                                              vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
     for (int i : {0, 2, 3})
       results.push_back(run_shape<E5m2TwoStages>(shapes[i], stream, sms, l2, copy, 0, "default atom, 2 stages"));
-    for (int i : {0, 3, 5})
-      results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "default atom, combine kernel", true));
     for (int i : {0, 2, 3}) results.push_back(run_shape<E5m2Sm70>(shapes[i], stream, sms, l2, copy));
     results.push_back(run_shape<E5m2Sm70Publish>(shapes[0], stream, sms, l2, copy));
     appends.push_back(run_append(32768, 8, 128, stream, copy));
@@ -312,12 +307,11 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::printf("%s (sm_%d%d), copy bandwidth %.0f GB/s, %s, %s, commit %s\n", prop.name, prop.major,
               prop.minor, copy, label.c_str(), date, commit.c_str());
-  std::printf("| shape | Config | D | tokens | MB | eager us | graph us | GB/s | %% of copy | chunk x n (merge) |\n");
+  std::printf("| shape | Config | D | tokens | MB | eager us | graph us | GB/s | %% of copy | chunk x n |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results)
-    std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d%s |\n", r.shape.name, r.config.c_str(), r.head_dim,
-                r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs, r.pct_copy, r.chunk, r.chunks,
-                r.chunks == 1 ? "" : r.fused_merge ? " (fused)" : " (combine)");
+    std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.config.c_str(), r.head_dim,
+                r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs, r.pct_copy, r.chunk, r.chunks);
 
   for (const AppendResult& a : appends)
     std::printf("append_kv fp16 -> E5M2, %d tokens x %d heads x %d: %.1f MB in %.2f us, %.0f GB/s, %.1f %% of copy\n",
@@ -335,11 +329,10 @@ int main(int argc, char** argv) {
                    "    {\"shape\": \"%s\", \"config\": \"%s\", \"batch\": %d, \"context\": %d, \"page\": %d, \"group\": %d, "
                    "\"kv_heads\": %d, \"head_dim\": %d, \"ragged\": %s, \"tokens\": %lld, \"mbytes\": %.3f, "
                    "\"eager_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"pct_copy\": %.2f, "
-                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"fused_merge\": %s, \"cache_copies\": %d, \"lens\": [%s]}%s\n",
+                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d, \"lens\": [%s]}%s\n",
                    r.shape.name, r.config.c_str(), r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
                    r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
-                   r.pct_copy, r.chunk, r.chunks, r.fused_merge ? "true" : "false", r.copies, join(r.lens).c_str(),
-                   i + 1 < results.size() ? "," : "");
+                   r.pct_copy, r.chunk, r.chunks, r.copies, join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"append\": [\n");
     for (size_t i = 0; i < appends.size(); ++i) {

@@ -203,17 +203,6 @@ std::vector<Breakage> breakages() {
       {"plan.num_chunks one too many", "plan.num_chunks", [](Step& s) { s.plan.num_chunks += 1; }},
       {"plan.num_chunks one too few", "plan.num_chunks", [](Step& s) { s.plan.num_chunks -= 1; }},
       {"plan.num_chunks 0", "plan.num_chunks", [](Step& s) { s.plan.num_chunks = 0; }},
-      {"plan.fused_merge with one chunk", "plan.fused_merge", [](Step& s) {
-         s.plan.chunk_tokens = (s.plan.max_context + Config::kCtaTokens - 1) / Config::kCtaTokens * Config::kCtaTokens;
-         s.plan.num_chunks = 1;
-         s.plan.fused_merge = true;
-       }},
-      {"plan.fused_merge past kFusedMergeMaxChunks", "plan.fused_merge", [](Step& s) {
-         s.plan.chunk_tokens = Config::kCtaTokens;  // 4096 tokens: 64 or more chunks
-         s.plan.num_chunks = (s.plan.max_context + Config::kCtaTokens - 1) / Config::kCtaTokens;
-         REQUIRE(s.plan.num_chunks > vxqa::kFusedMergeMaxChunks);
-         s.plan.fused_merge = true;
-       }},
       {"plan.max_batch 0", "plan.max_batch", [](Step& s) { s.plan.max_batch = 0; }},
       {"plan.max_context 0", "plan.max_context", [](Step& s) { s.plan.max_context = 0; }},
       {"plan.max_batch over the grid limit", "plan.max_batch", [](Step& s) { s.plan.max_batch = 70000; }},
@@ -394,24 +383,6 @@ TEST_CASE("validate: the first problem is reported when several fields are bad",
   CHECK((st.field() == "q" || st.field() == "k_scale" || st.field() == "workspace"));
 }
 
-TEST_CASE("make_decode_plan fuses the merge of 2..fused_merge_max_chunks chunks", "[validate]") {
-  using Config = DecodeConfig<64, KvType::kE5M2>;  // 128-token CTA rounds
-  DecodePlan plan;
-  for (int chunks : {1, 2, 5, 32, 33, 64}) {
-    INFO(chunks << " chunks");
-    REQUIRE(make_decode_plan<Config>(2, chunks * 128, 1, 1, 80, &plan, 128).ok());
-    REQUIRE(plan.num_chunks == chunks);
-    CHECK(plan.fused_merge == (chunks >= 2 && chunks <= 32));
-    REQUIRE(make_decode_plan<Config>(2, chunks * 128, 1, 1, 80, &plan, 128, 4, 1, 4).ok());
-    CHECK(plan.fused_merge == (chunks >= 2 && chunks <= 4));
-    REQUIRE(make_decode_plan<Config>(2, chunks * 128, 1, 1, 80, &plan, 128, 4, 1, 0).ok());
-    CHECK_FALSE(plan.fused_merge);
-    CHECK(validate_plan<Config>(plan).ok());
-  }
-  CHECK(make_decode_plan<Config>(2, 1024, 1, 1, 80, &plan, 128, 4, 1, 33).field() == "fused_merge_max_chunks");
-  CHECK(make_decode_plan<Config>(2, 1024, 1, 1, 80, &plan, 128, 4, 1, -1).field() == "fused_merge_max_chunks");
-}
-
 TEST_CASE("make_decode_plan rejects capacities past the grid and int limits", "[validate]") {
   using Config = DecodeConfig<256, KvType::kE5M2>;
   DecodePlan plan;
@@ -467,7 +438,6 @@ TEST_CASE("make_decode_plan gives a plan validate accepts, for several Configs a
     CHECK(plan.chunk_tokens % Config::kCtaTokens == 0);
     CHECK(int64_t(plan.num_chunks) * plan.chunk_tokens >= max_context);
     CHECK(int64_t(plan.num_chunks - 1) * plan.chunk_tokens < max_context);
-    CHECK(plan.fused_merge == (plan.num_chunks > 1 && plan.num_chunks <= vxqa::kFusedMergeMaxChunks));
   };
   for (const int ctx : {1, 127, 128, 129, 4096, 17800, 262144})
     for (const int batch : {1, 4, 16}) {

@@ -67,17 +67,6 @@ vxqa::DecodePlan plan_for(const RandomProblem& p, int max_context, int chunk_tok
   return plan;
 }
 
-// The plan as made and, when it fuses the merge, the same plan with the combine kernel, so
-// that a test looping over both covers both merges on one problem.
-inline std::vector<vxqa::DecodePlan> with_each_merge(const vxqa::DecodePlan& plan) {
-  std::vector<vxqa::DecodePlan> plans{plan};
-  if (plan.fused_merge) {
-    plans.push_back(plan);
-    plans.back().fused_merge = false;
-  }
-  return plans;
-}
-
 // One eager decode of `params` (its out / lse are set here) into fresh buffers sized for
 // `batch` sequences. With `workspace` null a fresh one is used.
 template <class Config>

@@ -130,15 +130,14 @@ void two_runs_identical(RandomProblemOptions o, uint64_t seed) {
   const RandomProblem p = vxqa::reference::make_random_problem(o, seed);
   DeviceProblem d(p);
   const int chunk = Config::kCtaTokens;  // 1 CTA round per chunk: many chunks
-  for (const vxqa::DecodePlan& plan : with_each_merge(plan_for<Config>(p, longest(p.seq_lens), chunk))) {
-    INFO("D " << p.head_dim << " G " << p.group << " Hkv " << p.kv_heads << " page " << p.page_size
-              << " chunks " << plan.num_chunks << " fused merge " << plan.fused_merge << " seed " << seed);
-    REQUIRE(plan.num_chunks >= 4);
-    const DecodeResult a = run_decode<Config>(p, d, plan);
-    const DecodeResult b = run_decode<Config>(p, d, plan);
-    require_same_bits(a, b, p.batch, p.query_heads(), p.head_dim, "run 1 vs run 2");
-    check_against_reference(p, a);  // and the bits are the right ones
-  }
+  const vxqa::DecodePlan plan = plan_for<Config>(p, longest(p.seq_lens), chunk);
+  INFO("D " << p.head_dim << " G " << p.group << " Hkv " << p.kv_heads << " page " << p.page_size
+            << " chunks " << plan.num_chunks << " seed " << seed);
+  REQUIRE(plan.num_chunks >= 4);
+  const DecodeResult a = run_decode<Config>(p, d, plan);
+  const DecodeResult b = run_decode<Config>(p, d, plan);
+  require_same_bits(a, b, p.batch, p.query_heads(), p.head_dim, "run 1 vs run 2");
+  check_against_reference(p, a);  // and the bits are the right ones
 }
 
 // Sequence k alone (batch 1) and inside a batch of 16, same plan capacity (max_batch 16).
@@ -250,9 +249,9 @@ void empty_sequences(RandomProblemOptions o, uint64_t seed) {
   DeviceProblem d(p);
   const int max_context = longest(p.seq_lens);
   const int hq = p.query_heads();
-  for (int chunk : {round_up(max_context, Config::kCtaTokens), int(Config::kCtaTokens)})
-  for (const vxqa::DecodePlan& plan : with_each_merge(plan_for<Config>(p, max_context, chunk))) {
-    INFO("D " << p.head_dim << " chunks " << plan.num_chunks << " fused merge " << plan.fused_merge << " seed " << seed);
+  for (int chunk : {round_up(max_context, Config::kCtaTokens), int(Config::kCtaTokens)}) {
+    const vxqa::DecodePlan plan = plan_for<Config>(p, max_context, chunk);
+    INFO("D " << p.head_dim << " chunks " << plan.num_chunks << " seed " << seed);
     const DecodeResult r = run_decode<Config>(p, d, plan);
     check_against_reference(p, r);
     for (int b = 0; b < p.batch; ++b) {
@@ -291,9 +290,9 @@ void bad_lengths(RandomProblemOptions o, uint64_t seed) {
   DeviceProblem d(p);
   d.lens.upload(device_lens);
   const int hq = p.query_heads();
-  for (int chunk : {max_context, int(Config::kCtaTokens)})
-  for (const vxqa::DecodePlan& plan : with_each_merge(plan_for<Config>(p, max_context, chunk))) {
-    INFO("D " << p.head_dim << " chunks " << plan.num_chunks << " fused merge " << plan.fused_merge << " seed " << seed);
+  for (int chunk : {max_context, int(Config::kCtaTokens)}) {
+    const vxqa::DecodePlan plan = plan_for<Config>(p, max_context, chunk);
+    INFO("D " << p.head_dim << " chunks " << plan.num_chunks << " seed " << seed);
     DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
     DeviceBuffer<uint16_t> dummy_out(size_t(p.batch) * hq * p.head_dim);
     const vxqa::DecodeParams params = make_params(p, d, dummy_out.get(), nullptr);

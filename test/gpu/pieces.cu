@@ -511,7 +511,7 @@ TEST_CASE("SmemPublisher with ConvertAt::kPublish widens E5M2 to fp16 where the 
   check_staging<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>(412);
 }
 
-TEST_CASE("split-KV merges (combine kernel past 32 chunks, fused below) against one chunk", "[pieces]") {
+TEST_CASE("combine: many chunks against one chunk on the same problem", "[pieces]") {
   {  // > 128 chunks for the long sequence: the combine's threads take several chunks each
     vxqa_test::RandomProblemOptions o = vxqa_test::aligned_options<CombineConfig>();
     o.group = 8;

@@ -6,8 +6,7 @@
 //   decode<Config>(params, plan, ws, plan.workspace_bytes, stream);   // every step
 //
 // decode() checks the parameters (validate), then enqueues: a memset of the error word,
-// the decode kernel and, with more than one chunk, the combine kernel (unless the plan's
-// fused_merge has the decode kernel merge: a few chunks, one launch). It never
+// the decode kernel and, with more than one chunk, the combine kernel. It never
 // synchronises and never reads device memory, so it can be captured in a CUDA graph.
 //
 // What a captured graph fixes: every pointer and stride, `batch` (sequences at or past it
@@ -63,12 +62,10 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.k_scale_ptr = p.k_scale_ptr;
   a.v_scale_ptr = p.v_scale_ptr;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  const WorkspaceLayout layout =
-      workspace_layout(plan.max_batch, p.num_kv_heads * p.group_size, plan.num_chunks, Config::kHeadDim);
+  const size_t slots = size_t(plan.max_batch) * p.num_kv_heads * p.group_size * plan.num_chunks;
   a.errors = reinterpret_cast<uint32_t*>(ws);
-  a.merge_counters = plan.fused_merge ? reinterpret_cast<uint32_t*>(ws + layout.counters) : nullptr;
-  a.partial_lse = reinterpret_cast<float*>(ws + layout.partial_lse);
-  a.partial_o = reinterpret_cast<float*>(ws + layout.partial_o);
+  a.partial_lse = reinterpret_cast<float*>(ws + 256);
+  a.partial_o = reinterpret_cast<float*>(ws + 256 + (slots * 4 + 255) / 256 * 256);
   return a;
 }
 
@@ -168,20 +165,12 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
               size_t workspace_bytes, cudaStream_t stream) {
   const Status status = validate<Config>(params, plan, workspace, workspace_bytes);
   if (!status.ok()) return status;
-  DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
+  const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
 
   int smem_bytes = 0;
-  bool sm80_body = false;
-  const Status body = decode_smem_bytes<Config>(&smem_bytes, &sm80_body);
+  const Status body = decode_smem_bytes<Config>(&smem_bytes);
   if (!body.ok()) return body;
-  // The fused merge is the SM80 body's; the SM70 body's chunks go to the combine kernel.
-  if (!sm80_body) args.merge_counters = nullptr;
-  const bool fused = args.merge_counters != nullptr;
-  // One memset: the error word and, with a fused merge, the counters behind it.
-  const size_t zeroed = fused ? size_t(reinterpret_cast<uint8_t*>(args.partial_lse) -
-                                                  reinterpret_cast<uint8_t*>(args.errors))
-                                         : sizeof(uint32_t);
-  cudaError_t err = cudaMemsetAsync(args.errors, 0, zeroed, stream);
+  cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
   if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
 
   // cudaLaunchKernel returns this launch's own status (cudaGetLastError would also report,
@@ -191,7 +180,7 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   err = cudaLaunchKernel(reinterpret_cast<const void*>(&decode_kernel<Config>), grid,
                          dim3(Config::kThreads), kernel_args, smem_bytes, stream);
   if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
-  if (plan.num_chunks > 1 && !fused) {
+  if (plan.num_chunks > 1) {
     const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch,
                             CombineShape<Config::kHeadDim>::kSlices);
     // On sm_90 the combine is the decode kernel's programmatic dependent: its launch

@@ -11,13 +11,11 @@ namespace vxqa {
 
 // chunk_tokens = 0 picks one: the largest that still gives about `ctas_per_sm` CTAs per SM
 // at full capacity, and at least `min_chunk_rounds` CTA rounds long (4 suits the SM70 path; make_decode_plan without sm_count, in
-// api/decode.cuh, asks the device and picks for the path it runs). Plans of 2 to
-// `fused_merge_max_chunks` chunks merge them in the decode kernel (DecodePlan::fused_merge;
-// 0 keeps the combine launch always).
+// api/decode.cuh, asks the device and picks for the path it runs).
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
                         int sm_count, DecodePlan* plan, int chunk_tokens = 0, int ctas_per_sm = 4,
-                        int min_chunk_rounds = 1, int fused_merge_max_chunks = kFusedMergeMaxChunks) {
+                        int min_chunk_rounds = 1) {
   if (!plan) return Status::invalid("plan", "is null");
   if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
   if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
@@ -27,8 +25,6 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (ctas_per_sm < 1) return Status::invalid("ctas_per_sm", "must be >= 1");
   if (min_chunk_rounds < 1 || min_chunk_rounds > 64)
     return Status::invalid("min_chunk_rounds", "must be in 1..64");
-  if (fused_merge_max_chunks < 0 || fused_merge_max_chunks > kFusedMergeMaxChunks)
-    return Status::invalid("fused_merge_max_chunks", "must be in 0.." + std::to_string(kFusedMergeMaxChunks));
   if (chunk_tokens < 0 || chunk_tokens % Config::kCtaTokens != 0)
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
                                                std::to_string(Config::kCtaTokens));
@@ -50,7 +46,6 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   p.group_size = group_size;
   p.chunk_tokens = chunk;
   p.num_chunks = static_cast<int>((int64_t(max_context) + p.chunk_tokens - 1) / p.chunk_tokens);
-  p.fused_merge = p.num_chunks > 1 && p.num_chunks <= fused_merge_max_chunks;
   p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
                                            Config::kHeadDim);
   *plan = p;

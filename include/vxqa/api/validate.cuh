@@ -60,9 +60,6 @@ Status validate_plan(const DecodePlan& plan) {
     return Status::invalid("plan.max_context", "plus plan.chunk_tokens must fit in an int");
   if (int64_t(plan.num_chunks) != (int64_t(plan.max_context) + plan.chunk_tokens - 1) / plan.chunk_tokens)
     return Status::invalid("plan.num_chunks", "does not match max_context / chunk_tokens");
-  if (plan.fused_merge && (plan.num_chunks < 2 || plan.num_chunks > kFusedMergeMaxChunks))
-    return Status::invalid("plan.fused_merge", "needs 2.." + detail::str(kFusedMergeMaxChunks) + " chunks, the plan has " +
-                                                   detail::str(plan.num_chunks));
   if (plan.max_batch > 65535) return Status::invalid("plan.max_batch", "must be <= 65535 (grid limit)");
   if (plan.num_kv_heads < 1 || plan.group_size < 1)
     return Status::invalid("plan.num_kv_heads", "plan heads and group must be >= 1");

@@ -45,9 +45,6 @@ struct DecodeKernelArgs {
   float* partial_o;    // [max_batch, Hq, num_chunks, D], O of a chunk divided by its sum
   float* partial_lse;  // [max_batch, Hq, num_chunks], base-2 log-sum-exp of a chunk
   uint32_t* errors;    // DecodeError bits
-  // Fused merge (DecodePlan::fused_merge): CTAs done per (sequence, head tile), zeroed before
-  // every launch; null: the combine kernel merges.
-  uint32_t* merge_counters;
 };
 
 #if VXQA_IS_CUDA_COMPILER

@@ -26,15 +26,9 @@ struct CtaWork {
   VXQA_DEVICE bool live() const { return end > begin; }
 };
 
-// The CTA's chunk, sequence and head tile, from blockIdx alone (begin = end = 0).
-template <int kHeadsPerCta>
-VXQA_DEVICE CtaWork cta_tile(const DecodeKernelArgs& a);
-
 // Fills `w`; false when the CTA has nothing to do. A bad length is flagged here (and, with
 // one chunk, its outputs written as NaN; with several, the combine writes them).
-// kFusedMerge: the body may get merge counters (the SM80 body; for the SM70 one the code
-// is left out, as it moved ptxas' sm_70 register allocation into spills).
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, bool kFusedMerge>
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
 
 // Element `index` of the output, rounded from fp32 to its type.
@@ -106,34 +100,22 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   }
 }
 
-template <int kHeadsPerCta>
-VXQA_DEVICE CtaWork cta_tile(const DecodeKernelArgs& a) {
-  CtaWork w;
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
+VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   w.chunk = blockIdx.x;
   w.seq_index = blockIdx.z;
   w.kv_head = blockIdx.y / a.m_tiles;
   w.m_tile = blockIdx.y % a.m_tiles;
+  if (w.seq_index >= a.batch) return false;
   const int head0 = w.m_tile * kHeadsPerCta;
   w.heads = min(kHeadsPerCta, a.group_size - head0);
   w.q_head0 = w.kv_head * a.group_size + head0;
-  w.begin = w.end = 0;
-  return w;
-}
-
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, bool kFusedMerge>
-VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
-  w = cta_tile<kHeadsPerCta>(a);
-  if (w.seq_index >= a.batch) return false;
   const bool single_chunk = a.num_chunks == 1;
-  // Who writes a sequence's final outputs when no merge will: with one chunk, its CTA;
-  // with a fused merge, chunk 0's (a bad length's NaNs here; a length of 0 goes through
-  // the merge, chunk 0 taking part with no tokens). Otherwise the combine kernel.
-  const bool writes_final = single_chunk || (kFusedMerge && a.merge_counters && w.chunk == 0);
 
   const int len = a.seq_lens[w.seq_index];
   if (!length_is_valid(len, a)) {
     if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
-    if (writes_final) {
+    if (single_chunk) {
       const int q_heads = a.num_kv_heads * a.group_size;
       for (int i = threadIdx.x; i < w.heads * kHeadDim; i += kThreads) {
         const int q_head = w.q_head0 + i / kHeadDim;
@@ -142,11 +124,11 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
         if (i % kHeadDim == 0 && a.lse) a.lse[int64_t(w.seq_index) * q_heads + q_head] = quiet_nan();
       }
     }
-    return false;  // with the combine kernel, it writes the NaNs
+    return false;  // with several chunks, the combine writes the NaNs
   }
   w.begin = w.chunk * a.chunk_tokens;
   w.end = min(w.begin + a.chunk_tokens, len);
-  return writes_final || w.begin < len;  // a chunk past the end: no merge reads it
+  return single_chunk || w.begin < len;  // a chunk past the end: the combine never reads it
 }
 #endif
 

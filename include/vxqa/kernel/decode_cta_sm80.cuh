@@ -44,10 +44,9 @@ struct DecodeCtaSm80 {
   static_assert(kMergeOBytes + 16 * 4 <= Config::kSm80WarpBytes,
                 "DecodeCtaSm80: a warp's merge area must fit in its stages");
 
-  // True when the CTA wrote its chunk's output (or partials).
-  VXQA_DEVICE static bool run(const DecodeKernelArgs& a, uint8_t* smem) {
+  VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, true>(a, work)) return false;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 
@@ -101,7 +100,6 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
-    return true;
   }
 
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
@@ -114,22 +112,15 @@ struct DecodeCtaSm80 {
     const int lane = threadIdx.x & 31;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
     const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
-    // kOnePage: a tile's block-table id is loaded two iterations before its copies are
-    // issued and becomes an offset one iteration before, so the id's load latency is not
-    // waited for where it is used. Otherwise each lane's row offset, one iteration ahead.
-    using PageSlot = typename Sequence::PageSlot;
-    auto page_slot_of = [&](int j) { return j < tiles.count ? seq.page_slot(uint32_t(tiles.start(j))) : PageSlot{0, 0}; };
-    auto offset_from = [&](int j, PageSlot ps) -> int64_t {
-      if (j >= tiles.count) return 0;
-      if constexpr (Config::kChecksPageIds) {
-        return seq.checked_row_offset(ps, a.num_pages, bad_page);
-      } else {
-        return seq.row_offset(ps);
-      }
-    };
     auto offset_of = [&](int j) -> int64_t {
       if constexpr (kOnePage) {
-        return offset_from(j, page_slot_of(j));
+        if (j >= tiles.count) return 0;
+        const uint32_t token = uint32_t(tiles.start(j));
+        if constexpr (Config::kChecksPageIds) {
+          return seq.checked_row_offset(token, a.num_pages, bad_page);
+        } else {
+          return seq.row_offset(token);
+        }
       } else {
         return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
       }
@@ -152,18 +143,13 @@ struct DecodeCtaSm80 {
 
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) issue(j, offset_of(j), j);
+    // The block-table lookup of a tile is done one iteration before its copies are issued.
     int64_t offset_ahead = offset_of(kStages - 1);
-    PageSlot slot_ahead = kOnePage ? page_slot_of(kStages) : PageSlot{0, 0};
     int use = 0, fill = kStages - 1;  // stages of tile j and of tile j + S - 1
     for (int j = 0; j < tiles.count; ++j) {
       __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
       issue(j + kStages - 1, offset_ahead, fill);
-      if constexpr (kOnePage) {
-        offset_ahead = offset_from(j + kStages, slot_ahead);
-        slot_ahead = page_slot_of(j + kStages + 1);
-      } else {
-        offset_ahead = offset_of(j + kStages);
-      }
+      offset_ahead = offset_of(j + kStages);
       arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
       __syncwarp();                        // ... and every lane's
 

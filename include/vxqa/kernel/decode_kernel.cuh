@@ -16,7 +16,6 @@
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/decode_cta_common.cuh>
 #include <vxqa/kernel/decode_cta_sm80.cuh>
-#include <vxqa/kernel/fused_merge.cuh>
 #include <vxqa/mma/fragments.cuh>
 #include <vxqa/mma/pv_consumer.cuh>
 #include <vxqa/mma/qk_consumer.cuh>
@@ -49,7 +48,7 @@ struct DecodeCta {
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, false>(a, work)) return;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
     const int seq_index = work.seq_index, kv_head = work.kv_head;
 
     uint8_t* q_tile = smem;
@@ -224,15 +223,10 @@ __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKe
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (Config::kHasSm80Path) {
-    static_assert(kFusedMergeSmemBytes <= Config::kSm80SmemBytes,
-                  "decode_kernel: the fused merge's weights must fit in the SM80 body's shared memory");
-    if (DecodeCtaSm80<Config>::run(args, vxqa_decode_smem) && args.merge_counters)
-      merge_if_last<Config::kHeadsPerCta, Config::kHeadDim, Config::kThreads, Config::kQo>(args, vxqa_decode_smem);
+    DecodeCtaSm80<Config>::run(args, vxqa_decode_smem);
     return;
   }
 #endif
-  // The SM70 body never gets merge counters (decode() launches the combine for it): the
-  // merge's code in this kernel moved ptxas' register allocation into spills on sm_70.
   DecodeCta<Config>::run(args, vxqa_decode_smem);
 }
 #endif

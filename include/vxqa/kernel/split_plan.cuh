@@ -7,10 +7,6 @@
 
 namespace vxqa {
 
-// Most chunks a fused merge takes (one lane of a warp per chunk): past that, one CTA would
-// read too much, and the combine kernel spreads the merge over many CTAs.
-inline constexpr int kFusedMergeMaxChunks = 32;
-
 struct DecodePlan {
   int max_batch = 0;
   int max_context = 0;
@@ -18,32 +14,14 @@ struct DecodePlan {
   int group_size = 0;
   int chunk_tokens = 0;  // split-KV chunk; a multiple of the Config's kCtaTokens
   int num_chunks = 0;    // ceil(max_context / chunk_tokens); 1 = no combine step
-  // Several chunks, merged by each sequence's last CTA (kernel/fused_merge.cuh) instead of a
-  // combine launch: make_decode_plan sets it for 2..fused_merge_max_chunks chunks.
-  bool fused_merge = false;
   size_t workspace_bytes = 0;
 };
 
-// Workspace: [error word, padded to 256 B][merge counters][partial LSE][partial O]; the
-// counters (one per sequence and query head, at least one per head tile) and the fp32
-// partials exist only with several chunks. Offsets in bytes.
-struct WorkspaceLayout {
-  size_t counters, partial_lse, partial_o, total;
-};
-
-VXQA_HD WorkspaceLayout workspace_layout(int max_batch, int q_heads, int num_chunks, int head_dim) {
-  const size_t slots = num_chunks > 1 ? size_t(max_batch) * q_heads * num_chunks : 0;
-  const size_t counters = num_chunks > 1 ? size_t(max_batch) * q_heads : 0;
-  WorkspaceLayout w;
-  w.counters = 256;
-  w.partial_lse = w.counters + (counters * 4 + 255) / 256 * 256;
-  w.partial_o = w.partial_lse + (slots * 4 + 255) / 256 * 256;
-  w.total = w.partial_o + slots * head_dim * 4;
-  return w;
-}
-
+// Workspace: [error word, padded to 256 B][partial LSE][partial O], all fp32.
 VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, int head_dim) {
-  return workspace_layout(max_batch, q_heads, num_chunks, head_dim).total;
+  const size_t slots = num_chunks > 1 ? size_t(max_batch) * q_heads * num_chunks : 0;
+  const size_t lse_bytes = (slots * 4 + 255) / 256 * 256;
+  return 256 + lse_bytes + slots * head_dim * 4;
 }
 
 // The kernels compute a chunk's end as begin + chunk_tokens in int, with begin below

@@ -125,38 +125,27 @@ class PagedKvSequence {
   // Physical page holding logical page `page` of this sequence (one block-table load).
   VXQA_HD int32_t physical_page(uint32_t page) const { return table_row_[page]; }
 
-  // A token's physical page (the block-table load) and its slot in the page: the first half
-  // of row_offset, so that a caller can load the id well before it needs the offset.
-  struct PageSlot {
-    int32_t id;
-    uint32_t slot;
-  };
-  VXQA_HD PageSlot page_slot(uint32_t token) const {
+  // Byte offset of the token's row from the K base (and from the V base).
+  VXQA_HD int64_t row_offset(uint32_t token) const {
     uint32_t page, slot;
     page_size_.divmod(token, page, slot);
-    return PageSlot{physical_page(page), slot};
+    return head_offset_ + int64_t(physical_page(page)) * page_bytes_ + int64_t(slot) * token_bytes_;
   }
-  VXQA_HD int64_t row_offset(PageSlot ps) const {
-    return head_offset_ + int64_t(ps.id) * page_bytes_ + int64_t(ps.slot) * token_bytes_;
-  }
-
-  // Byte offset of the token's row from the K base (and from the V base).
-  VXQA_HD int64_t row_offset(uint32_t token) const { return row_offset(page_slot(token)); }
   VXQA_HD const uint8_t* k_row(uint32_t token) const { return k_ + row_offset(token); }
   VXQA_HD const uint8_t* v_row(uint32_t token) const { return v_ + row_offset(token); }
 
   // row_offset for a block table that may be corrupt: when the token's page id lies outside
   // [0, num_pages), sets `bad` and returns the offset of this head's row 0 of page 0, which
   // is inside the pool (num_pages >= 1), so the caller's load stays in bounds.
-  VXQA_HD int64_t checked_row_offset(PageSlot ps, int num_pages, bool& bad) const {
-    if (static_cast<uint32_t>(ps.id) >= static_cast<uint32_t>(num_pages)) {  // also id < 0
+  VXQA_HD int64_t checked_row_offset(uint32_t token, int num_pages, bool& bad) const {
+    uint32_t page, slot;
+    page_size_.divmod(token, page, slot);
+    const int32_t id = physical_page(page);
+    if (static_cast<uint32_t>(id) >= static_cast<uint32_t>(num_pages)) {  // also id < 0
       bad = true;
       return head_offset_;
     }
-    return row_offset(ps);
-  }
-  VXQA_HD int64_t checked_row_offset(uint32_t token, int num_pages, bool& bad) const {
-    return checked_row_offset(page_slot(token), num_pages, bad);
+    return head_offset_ + int64_t(id) * page_bytes_ + int64_t(slot) * token_bytes_;
   }
 
   VXQA_HD PagedKvIterator<kPageSize, kElemBytes> iterate(uint32_t begin, uint32_t end) const {
