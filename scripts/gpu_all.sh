@@ -139,7 +139,7 @@ step_peer() {
 step_torch() {
   start=$SECONDS
   OUT="$out" PYTHON="${PYTHON:-python3}" bash scripts/torch_test.sh >"$out/torch.log" 2>&1
-  note "torch: rc $?, $((SECONDS - start)) s: $(grep -sE ' (passed|failed)' "$out/torch-pytest.log" | tail -1); $(grep -sE '^torch_gqa_layer: (passed|FAILED|no CUDA)' "$out/torch-example.log")"
+  note "torch: rc $?, $((SECONDS - start)) s: $(grep -sE '^=+ .*(passed|failed|skipped|error)' "$out/torch-pytest.log" | tr '\n' ' '); $(grep -sE '^torch_gqa_layer: (passed|FAILED|no CUDA)' "$out/torch-example.log")"
   cat "$out/torch.log"
 }
 

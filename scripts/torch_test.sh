@@ -36,7 +36,7 @@ tests="$root/python/tests"
 (cd "$logs" && "$python" -m pytest -v -rs -p no:cacheprovider "$tests" --ignore="$tests/test_ops.py") \
   >>"$logs/torch-pytest.log" 2>&1 || rc=$?
 grep -E "^SKIPPED" "$logs/torch-pytest.log" | head -3 || true
-tail -1 "$logs/torch-pytest.log"
+grep -E "^=+ .*(passed|failed|skipped|error)" "$logs/torch-pytest.log" || true  # one line a run
 if [ $rc -ne 0 ]; then
   grep -E "^(FAILED|ERROR)" "$logs/torch-pytest.log" | head -30 || true
   echo "torch: pytest failed (rc $rc; log: $logs/torch-pytest.log)"
