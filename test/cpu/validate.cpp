@@ -419,7 +419,7 @@ TEST_CASE("validate accepts other legal layouts of q, out and the cache", "[vali
   {  // one sequence, one head, one page: strides that are never used may be anything
     Step s = valid_step<Config>(4096);
     s.params.batch = 1;
-    s.params.q_batch_stride = 0;
+    s.params.q_batch_stride = 3;  // never used with one sequence: neither aligned nor refused
     s.params.out_batch_stride = 0;
     s.params.max_pages_per_seq = 1;
     s.params.page_stride = 0;

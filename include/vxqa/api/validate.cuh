@@ -108,11 +108,13 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   const int eb = Config::kElemBytes;
   if (!p.q) return Status::invalid("q", "is null");
   if (!aligned(p.q, 16)) return Status::invalid("q", "must be 16-byte aligned");
-  if ((p.q_head_stride * 2) % 16)
-    return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (a multiple of 8)");
-  if ((p.q_batch_stride * 2) % 16)
-    return Status::invalid("q_batch_stride", "q rows must start 16-byte aligned (a multiple of 8)");
+  // A stride only matters where its dimension has more than one row (framework views of
+  // size-1 dimensions carry any stride).
   const int64_t q_heads = int64_t(p.num_kv_heads) * p.group_size;
+  if (q_heads > 1 && (p.q_head_stride * 2) % 16)
+    return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (a multiple of 8)");
+  if (p.batch > 1 && (p.q_batch_stride * 2) % 16)
+    return Status::invalid("q_batch_stride", "q rows must start 16-byte aligned (a multiple of 8)");
   if (const int bad = detail::overlapping_stride(p.q_head_stride, q_heads, p.q_batch_stride, p.batch,
                                                   Config::kHeadDim))
     return Status::invalid(bad == 1 ? "q_head_stride" : "q_batch_stride",
