@@ -24,7 +24,7 @@ vxqa::Status run_decode(const vxqa::DecodeParams& params, vxqa::KvType cache_typ
   return vxqa::Status::invalid("head_dim", "no Config of vxqa::DefaultDecoderConfigs takes head dim " +
                                                std::to_string(params.head_dim) + " with a " +
                                                (cache_type == vxqa::KvType::kE5M2 ? "E5M2" : "fp16") + " cache and " +
-                                               (params.qo_type == vxqa::ActType::kBf16 ? "bf16" : "fp16") + " q/out");
+                                               vxqa::act_type_name(params.qo_type) + " q/out");
 }
 
 }  // namespace vxqa_torch

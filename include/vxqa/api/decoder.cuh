@@ -92,7 +92,7 @@ class Decoder<ConfigList<Configs...>> {
       return Status::invalid("head_dim", "no Config of the Decoder's list takes head dim " +
                                              std::to_string(shape.head_dim) + " with a " +
                                              (shape.cache_type == KvType::kE5M2 ? "E5M2" : "fp16") +
-                                             " cache, " + (shape.qo_type == ActType::kBf16 ? "bf16" : "fp16") +
+                                             " cache, " + act_type_name(shape.qo_type) +
                                              " q/out and page size " + std::to_string(shape.page_size));
     DecodePlan plan;
     const Status s = entries()[index].plan(shape, &plan);

@@ -88,9 +88,8 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
     return Status::invalid("head_dim", str(p.head_dim) + " does not match the Config's " +
                                            str(Config::kHeadDim));
   if (p.qo_type != Config::kQo)
-    return Status::invalid("qo_type", std::string(p.qo_type == ActType::kBf16 ? "bf16" : "fp16") +
-                                          " q/out given to a Config built for " + ActTraits<Config::kQo>::kName +
-                                          " (DecodeConfig's Qo)");
+    return Status::invalid("qo_type", std::string(act_type_name(p.qo_type)) + " q/out given to a Config built for " +
+                                          ActTraits<Config::kQo>::kName + " (DecodeConfig's Qo)");
   if (p.group_size < 1) return Status::invalid("group_size", str(p.group_size) + " must be >= 1");
   if (p.group_size != plan.group_size)
     return Status::invalid("group_size", "differs from the plan's " + str(plan.group_size));

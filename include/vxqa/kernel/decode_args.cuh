@@ -1,7 +1,6 @@
 // vxqa/kernel/decode_args.cuh — what the decode and combine kernels receive (by value).
 // Filled by the host API from DecodeParams and a DecodePlan; no host-side types in here.
 #pragma once
-#include <cuda_fp16.h>
 #include <vxqa/common.cuh>
 #include <vxqa/numeric/fast_divmod.cuh>
 #include <vxqa/paged/paged_kv.cuh>

@@ -9,7 +9,6 @@
 // With several chunks a CTA writes its chunk's partial; a chunk with l = 0 writes O = 0 and
 // LSE -inf, so that it weighs nothing in the combine (never 0 · NaN).
 #pragma once
-#include <cuda_fp16.h>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/numeric/act_type.cuh>

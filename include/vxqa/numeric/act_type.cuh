@@ -21,6 +21,11 @@ struct ActTraits<ActType::kBf16> {
   static constexpr const char* kName = "bf16";
 };
 
+// The name of a type known only at run time (messages).
+VXQA_HD const char* act_type_name(ActType t) {
+  return t == ActType::kBf16 ? ActTraits<ActType::kBf16>::kName : ActTraits<ActType::kFp16>::kName;
+}
+
 namespace detail {
 
 template <ActType kAct>
