@@ -7,7 +7,8 @@
 #   PYTHON                the interpreter (default: .venv-torch/bin/python from setup.sh, else python3)
 #   TORCH_CUDA_ARCH_LIST  the GPU architectures built (default 9.0: one, to keep it fast)
 #   MAX_JOBS              parallel compiles (default: the cores)
-#   OUT                   where torch-build.log, torch-pytest.log, torch-example.log go (default: build-torch/)
+#   OUT                   where torch-build.log, torch-pytest.log, torch-example.log (and, after a
+#                         crash, torch-backtrace.log) go (default: build-torch/)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -33,6 +34,14 @@ echo "torch: built and installed for sm ${TORCH_CUDA_ARCH_LIST} in $((SECONDS - 
 rc=0
 tests="$root/python/tests"
 (cd "$logs" && "$python" -m pytest -v -rs -p no:cacheprovider "$tests/test_ops.py") >"$logs/torch-pytest.log" 2>&1 || rc=$?
+# A crash (a signal, not a test failure): rerun to the first one under cuda-gdb (the only
+# debugger on the GPU machine's image) for the native backtrace.
+if [ $rc -gt 128 ] && command -v cuda-gdb >/dev/null; then
+  (cd "$logs" && timeout 300 cuda-gdb -batch -ex run -ex bt --args "$python" -m pytest -x -q -p no:cacheprovider \
+    "$tests/test_ops.py") >"$logs/torch-backtrace.log" 2>&1 || true
+  echo "torch: test_ops.py crashed (rc $rc); native backtrace ($logs/torch-backtrace.log):"
+  grep -E "^#[0-9]+ " "$logs/torch-backtrace.log" | head -25 | cut -c1-240 || true
+fi
 (cd "$logs" && "$python" -m pytest -v -rs -p no:cacheprovider "$tests" --ignore="$tests/test_ops.py") \
   >>"$logs/torch-pytest.log" 2>&1 || rc=$?
 grep -E "^SKIPPED" "$logs/torch-pytest.log" | head -3 || true

@@ -19,8 +19,8 @@ vxqa::KvType check_append_kv(const at::Tensor& key, const at::Tensor& value, con
   check_dim(key, "key", 3, "[num_tokens, num_kv_heads, head_dim]");
   check_dtype(key, "key", {at::kHalf, at::kBFloat16});
   check_rows_contiguous(key, "key");
-  TORCH_CHECK_VALUE(value.sizes() == key.sizes(), "value: shape ", value.sizes(), " differs from key's ",
-                    key.sizes());
+  TORCH_CHECK_VALUE(value.sizes() == key.sizes(), "value: shape ", dims(value.sizes()), " differs from key's ",
+                    dims(key.sizes()));
   TORCH_CHECK_VALUE(value.scalar_type() == key.scalar_type(), "value: dtype ", value.scalar_type(),
                     " differs from key's ", key.scalar_type());
   check_rows_contiguous(value, "value");

@@ -43,14 +43,14 @@ DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const a
   check_size(seq_lens, "seq_lens", 0, batch, "q's batch");
   check_contiguous(seq_lens, "seq_lens");
 
-  TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out: shape ", out.sizes(), " differs from q's ", q.sizes());
+  TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out: shape ", dims(out.sizes()), " differs from q's ", dims(q.sizes()));
   TORCH_CHECK_VALUE(out.scalar_type() == q.scalar_type(), "out: dtype ", out.scalar_type(), " differs from q's ",
                     q.scalar_type());
   check_rows_contiguous(out, "out");
   if (lse) {
     check_dtype(*lse, "lse", {at::kFloat});
     TORCH_CHECK_VALUE(lse->dim() == 2 && lse->size(0) == batch && lse->size(1) == q_heads,
-                      "lse: must be [batch, num_q_heads] = [", batch, ", ", q_heads, "], got shape ", lse->sizes());
+                      "lse: must be [batch, num_q_heads] = [", batch, ", ", q_heads, "], got shape ", dims(lse->sizes()));
     check_contiguous(*lse, "lse");
   }
   check_errors(errors);

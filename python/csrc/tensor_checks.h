@@ -8,10 +8,20 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vxqa/api/params.cuh>
 #include <vxqa/kernel/config.cuh>
 
 namespace vxqa_torch {
+
+// A shape or strides as "[2, 6, 64]", built here rather than by streaming c10's IntArrayRef:
+// on the H200 image (another compiler than libc10's) the first message that streamed one
+// crashed the process (docs/torch.md).
+inline std::string dims(c10::IntArrayRef v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
 
 inline void check_status(const vxqa::Status& s) {
   if (s.code() == vxqa::StatusCode::kCudaError) TORCH_CHECK(false, s.message());
@@ -19,7 +29,7 @@ inline void check_status(const vxqa::Status& s) {
 }
 
 inline void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* shape) {
-  TORCH_CHECK_VALUE(t.dim() == dim, name, ": must be ", shape, " (", dim, " dims), got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.dim() == dim, name, ": must be ", shape, " (", dim, " dims), got shape ", dims(t.sizes()));
 }
 
 inline void check_dtype(const at::Tensor& t, const char* name, std::initializer_list<at::ScalarType> allowed) {
@@ -32,17 +42,17 @@ inline void check_dtype(const at::Tensor& t, const char* name, std::initializer_
 
 inline void check_size(const at::Tensor& t, const char* name, int64_t d, int64_t want, const char* what) {
   TORCH_CHECK_VALUE(t.size(d) == want, name, ": size(", d, ") is ", t.size(d), ", must be ", want, " (", what,
-                    "); shape ", t.sizes());
+                    "); shape ", dims(t.sizes()));
 }
 
 // The last dimension contiguous (vxqa reads rows with 16-byte loads); other strides free.
 inline void check_rows_contiguous(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, name, ": the last dimension must be contiguous (stride 1), "
-                    "got strides ", t.strides());
+                    "got strides ", dims(t.strides()));
 }
 
 inline void check_contiguous(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.is_contiguous(), name, ": must be contiguous, got strides ", t.strides());
+  TORCH_CHECK_VALUE(t.is_contiguous(), name, ": must be contiguous, got strides ", dims(t.strides()));
 }
 
 inline int to_int(int64_t v, const char* name) {
@@ -54,14 +64,14 @@ inline int to_int(int64_t v, const char* name) {
 inline void check_errors(const std::optional<at::Tensor>& errors) {
   if (!errors) return;
   check_dtype(*errors, "errors", {at::kInt});
-  TORCH_CHECK_VALUE(errors->numel() == 1, "errors: must hold one int32 word, got shape ", errors->sizes());
+  TORCH_CHECK_VALUE(errors->numel() == 1, "errors: must hold one int32 word, got shape ", dims(errors->sizes()));
 }
 
 // A per-tensor scale given as a device tensor: one fp32 element (0-dim or [1]).
 inline void check_scale_tensor(const std::optional<at::Tensor>& t, const char* name) {
   if (!t) return;
   check_dtype(*t, name, {at::kFloat});
-  TORCH_CHECK_VALUE(t->numel() == 1, name, ": must hold one float32 element, got shape ", t->sizes());
+  TORCH_CHECK_VALUE(t->numel() == 1, name, ": must hold one float32 element, got shape ", dims(t->sizes()));
 }
 
 // The paged cache, K and V alike: [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD),
@@ -72,9 +82,9 @@ inline vxqa::KvType check_cache_pair(const at::Tensor& k, const at::Tensor& v) {
   check_rows_contiguous(k, "k_cache");
   TORCH_CHECK_VALUE(v.scalar_type() == k.scalar_type(), "v_cache: dtype ", v.scalar_type(), " differs from k_cache's ",
                     k.scalar_type());
-  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v_cache: shape ", v.sizes(), " differs from k_cache's ", k.sizes());
-  TORCH_CHECK_VALUE(v.strides() == k.strides(), "v_cache: strides ", v.strides(), " differ from k_cache's ",
-                    k.strides(), " (vxqa takes one set of cache strides)");
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v_cache: shape ", dims(v.sizes()), " differs from k_cache's ", dims(k.sizes()));
+  TORCH_CHECK_VALUE(v.strides() == k.strides(), "v_cache: strides ", dims(v.strides()), " differ from k_cache's ",
+                    dims(k.strides()), " (vxqa takes one set of cache strides)");
   return k.scalar_type() == at::kHalf ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
 }
 
