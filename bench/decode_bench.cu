@@ -2,9 +2,12 @@
 // median of many runs with CUDA events) against the device-to-device copy bandwidth
 // measured in the same run, prints a table and writes JSON.
 //
-//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --profile [--shape N]]
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --breakdown |
+//                 --profile [--shape N]]
 // --experiment times the default atom over chunk sizes, warps and stages instead;
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
+// --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
+// with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
 // --profile [--shape N] runs only shape N (default 0, the seed shape) with its default plan, for ncu.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
@@ -77,9 +80,52 @@ std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
   return v;
 }
 
+// A decode step's launches as decode() makes them, any of them left out: where a step's
+// fixed costs lie (--breakdown). No checks beyond the launches' own: decode() validated
+// these parameters before.
+enum StepPart : unsigned { kMemset = 1, kDecodeKernel = 2, kCombine = 4, kEmptyKernel = 8 };
+
+__global__ void empty_kernel() {}
+
+template <class Config>
+void launch_parts(const vxqa::DecodeParams& p, const vxqa::DecodePlan& plan, void* workspace, unsigned parts,
+                  cudaStream_t stream) {
+  vxqa::DecodeKernelArgs args = vxqa::make_decode_args<Config>(p, plan, workspace);
+  int smem = 0;
+  if (!vxqa::decode_smem_bytes<Config>(&smem).ok()) std::exit(1);
+  if (parts & kEmptyKernel) empty_kernel<<<1, 32, 0, stream>>>();
+  if (parts & kMemset) DEMO_CHECK(cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream));
+  void* kernel_args[] = {&args};
+  if (parts & kDecodeKernel)
+    DEMO_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&vxqa::decode_kernel<Config>),
+                                dim3(plan.num_chunks, p.num_kv_heads * args.m_tiles, plan.max_batch),
+                                dim3(Config::kThreads), kernel_args, smem, stream));
+  if ((parts & kCombine) && plan.num_chunks > 1) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = dim3(p.num_kv_heads * p.group_size, plan.max_batch, vxqa::CombineShape<Config::kHeadDim>::kSlices);
+    launch.blockDim = dim3(vxqa::kCombineThreads);
+    launch.stream = stream;
+    launch.attrs = &attribute;
+    launch.numAttrs = 1;
+    DEMO_CHECK(cudaLaunchKernelExC(
+        &launch, reinterpret_cast<const void*>(&vxqa::combine_kernel<Config::kHeadDim, Config::kQo>), kernel_args));
+  }
+}
+
+// Graph-replay µs a step of each part set, after the whole step's.
+struct Breakdown {
+  std::string shape;
+  int chunk, chunks;
+  std::vector<std::pair<std::string, double>> parts;
+};
+std::vector<Breakdown> breakdowns;
+
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
-                 int chunk_tokens = 0, std::string name = "") {
+                 int chunk_tokens = 0, std::string name = "", bool breakdown = false) {
   vxqa::reference::RandomProblemOptions po;
   po.batch = shape.batch;
   po.kv_heads = shape.kv_heads;
@@ -141,6 +187,26 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   const double replay = vxqa_demo::median_us([&] { DEMO_CHECK(cudaGraphLaunch(exec, stream)); }, stream) / copies;
   DEMO_CHECK(cudaGraphExecDestroy(exec));
   DEMO_CHECK(cudaGraphDestroy(graph));
+  if (breakdown) {
+    Breakdown b{shape.name, plan.chunk_tokens, plan.num_chunks, {{"step (decode())", replay}}};
+    const std::pair<const char*, unsigned> sets[] = {
+        {"decode kernel", kDecodeKernel},
+        {"memset + decode kernel", kMemset | kDecodeKernel},
+        {"decode kernel + combine", kDecodeKernel | kCombine},
+        {"memset + decode + combine", kMemset | kDecodeKernel | kCombine},
+        {"empty kernel", kEmptyKernel},
+        {"empty kernel + memset", kEmptyKernel | kMemset}};
+    for (const auto& set : sets) {
+      DEMO_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      for (int i = 0; i < copies; ++i) launch_parts<Config>(params[i], plan, workspace, set.second, stream);
+      DEMO_CHECK(cudaStreamEndCapture(stream, &graph));
+      DEMO_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      b.parts.push_back({set.first, vxqa_demo::median_us([&] { DEMO_CHECK(cudaGraphLaunch(exec, stream)); }, stream) / copies});
+      DEMO_CHECK(cudaGraphExecDestroy(exec));
+      DEMO_CHECK(cudaGraphDestroy(graph));
+    }
+    breakdowns.push_back(b);
+  }
 
   for (auto c : caches) DEMO_CHECK(cudaFree(c));
   DEMO_CHECK(cudaFree(q));
@@ -229,7 +295,7 @@ int main(int argc, char** argv) {
     if (k == "--json" && has_value) json_path = argv[++i];
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
-    else if (k == "--experiment" || k == "--profile" || k == "--contexts") mode = k.substr(2);
+    else if (k == "--experiment" || k == "--profile" || k == "--contexts" || k == "--breakdown") mode = k.substr(2);
     else if (k == "--shape" && has_value) profile_shape = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
@@ -280,6 +346,10 @@ int main(int argc, char** argv) {
         names.push_back("B" + std::to_string(batch) + " x " + std::to_string(context / 1024) + "K, page 800");
         results.push_back(run_shape<E5m2>({names.back().c_str(), batch, context, 800, 6, 1, false}, stream, sms, l2, copy));
       }
+  } else if (mode == "breakdown") {  // where a step's fixed costs lie
+    for (int i : {0, 3, 4}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
+    results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
+                                          sms, l2, copy, 0, "", true));
   } else if (mode == "profile") {  // one shape, for ncu
     if (profile_shape < 0 || profile_shape >= int(sizeof shapes / sizeof shapes[0])) {
       std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", int(sizeof shapes / sizeof shapes[0]) - 1);
@@ -313,6 +383,11 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %d | %lld | %.1f | %.1f | %.1f | %.0f | %.1f | %d x %d |\n", r.shape.name, r.config.c_str(), r.head_dim,
                 r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs, r.pct_copy, r.chunk, r.chunks);
 
+  for (const Breakdown& b : breakdowns) {
+    std::printf("breakdown, %s (chunk %d x %d), graph us a step:", b.shape.c_str(), b.chunk, b.chunks);
+    for (const auto& part : b.parts) std::printf(" %s %.2f;", part.first.c_str(), part.second);
+    std::printf("\n");
+  }
   for (const AppendResult& a : appends)
     std::printf("append_kv fp16 -> E5M2, %d tokens x %d heads x %d: %.1f MB in %.2f us, %.0f GB/s, %.1f %% of copy\n",
                 a.tokens, a.kv_heads, a.head_dim, a.mbytes, a.us, a.gbs, a.pct_copy);

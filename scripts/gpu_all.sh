@@ -8,7 +8,8 @@
 #   bench.json bench.log                 the decode benchmark
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); ncu.log, ncu-source.log the seed shape's
-#                                        kernels profiled ("ncu"); contexts.json ("contexts")
+#                                        kernels profiled ("ncu"); contexts.json ("contexts");
+#                                        breakdown.log, parts of a step timed alone ("breakdown")
 #   peer*.json peer.log                  FlashInfer on the same shapes (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 #   torch-build.log torch-pytest.log torch-example.log   the torch package built for this GPU,
@@ -93,6 +94,13 @@ step_experiment() {
   ./build-gpu/bench/vxqa_decode_bench --experiment --json "$out/experiment.json" --commit "$commit" >"$out/experiment.log" 2>&1
   note "experiment: rc $?, $((SECONDS - start)) s"
   cat "$out/experiment.log"
+}
+
+step_breakdown() {  # graph replays of parts of a step: where the fixed costs lie
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --breakdown --commit "$commit" >"$out/breakdown.log" 2>&1
+  note "breakdown: rc $?, $((SECONDS - start)) s"
+  grep -E "^breakdown|copy bandwidth" "$out/breakdown.log"
 }
 
 step_ncu() {  # decode and combine of the seed shape and of B16 x 1K: every section, and stalls per SASS line
