@@ -30,8 +30,8 @@ DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const a
   const int64_t batch = q.size(0), q_heads = q.size(1), page_size = k_cache.size(1), kv_heads = k_cache.size(2);
   check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim");
   TORCH_CHECK_VALUE(batch >= 1, "q: batch (size(0)) must be >= 1");
-  TORCH_CHECK_VALUE(kv_heads >= 1 && q_heads % kv_heads == 0, "q: ", q_heads,
-                    " query heads are not a multiple of the cache's ", kv_heads, " KV heads");
+  TORCH_CHECK_VALUE(kv_heads >= 1 && q_heads % kv_heads == 0, "q: ", num(q_heads),
+                    " query heads are not a multiple of the cache's ", num(kv_heads), " KV heads");
 
   check_dim(block_table, "block_table", 2, "[batch, max_pages_per_seq]");
   check_dtype(block_table, "block_table", {at::kInt});
@@ -50,7 +50,7 @@ DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const a
   if (lse) {
     check_dtype(*lse, "lse", {at::kFloat});
     TORCH_CHECK_VALUE(lse->dim() == 2 && lse->size(0) == batch && lse->size(1) == q_heads,
-                      "lse: must be [batch, num_q_heads] = [", batch, ", ", q_heads, "], got shape ", dims(lse->sizes()));
+                      "lse: must be [batch, num_q_heads] = [", num(batch), ", ", num(q_heads), "], got shape ", dims(lse->sizes()));
     check_contiguous(*lse, "lse");
   }
   check_errors(errors);
@@ -59,8 +59,8 @@ DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const a
 
   const int64_t table_tokens = block_table.size(1) * page_size;
   if (max_context == 0) max_context = table_tokens;
-  TORCH_CHECK_VALUE(max_context >= 1 && max_context <= table_tokens, "max_context: ", max_context,
-                    " must be in 1..block_table.size(1) * page_size (", table_tokens, ")");
+  TORCH_CHECK_VALUE(max_context >= 1 && max_context <= table_tokens, "max_context: ", num(max_context),
+                    " must be in 1..block_table.size(1) * page_size (", num(table_tokens), ")");
   return DecodeShape{cache_type, to_int(max_context, "max_context")};
 }
 

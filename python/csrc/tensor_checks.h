@@ -14,9 +14,13 @@
 
 namespace vxqa_torch {
 
-// A shape or strides as "[2, 6, 64]", built here rather than by streaming c10's IntArrayRef:
-// on the H200 image (another compiler than libc10's) the first message that streamed one
-// crashed the process (docs/torch.md).
+// The messages hold no streamed number: every integer goes in through std::to_string, and a
+// shape as dims(). On the H200 image (its /opt/gcc g++) an integer streamed into c10::str's
+// ostringstream crashed the process inside this library's own copy of
+// ostream::_M_insert<long> (docs/torch.md); strings and const char* stream fine there.
+inline std::string num(int64_t v) { return std::to_string(v); }
+
+// A shape or strides as "[2, 6, 64]".
 inline std::string dims(c10::IntArrayRef v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -29,7 +33,7 @@ inline void check_status(const vxqa::Status& s) {
 }
 
 inline void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* shape) {
-  TORCH_CHECK_VALUE(t.dim() == dim, name, ": must be ", shape, " (", dim, " dims), got shape ", dims(t.sizes()));
+  TORCH_CHECK_VALUE(t.dim() == dim, name, ": must be ", shape, " (", num(dim), " dims), got shape ", dims(t.sizes()));
 }
 
 inline void check_dtype(const at::Tensor& t, const char* name, std::initializer_list<at::ScalarType> allowed) {
@@ -41,7 +45,7 @@ inline void check_dtype(const at::Tensor& t, const char* name, std::initializer_
 }
 
 inline void check_size(const at::Tensor& t, const char* name, int64_t d, int64_t want, const char* what) {
-  TORCH_CHECK_VALUE(t.size(d) == want, name, ": size(", d, ") is ", t.size(d), ", must be ", want, " (", what,
+  TORCH_CHECK_VALUE(t.size(d) == want, name, ": size(", num(d), ") is ", num(t.size(d)), ", must be ", num(want), " (", what,
                     "); shape ", dims(t.sizes()));
 }
 
@@ -56,7 +60,7 @@ inline void check_contiguous(const at::Tensor& t, const char* name) {
 }
 
 inline int to_int(int64_t v, const char* name) {
-  TORCH_CHECK_VALUE(v <= std::numeric_limits<int>::max(), name, ": ", v, " does not fit in an int");
+  TORCH_CHECK_VALUE(v <= std::numeric_limits<int>::max(), name, ": ", num(v), " does not fit in an int");
   return static_cast<int>(v);
 }
 
@@ -102,9 +106,9 @@ inline at::Device check_devices(std::initializer_list<NamedTensor> args) {
   for (const NamedTensor& a : args) {
     if (!a.tensor) continue;
     TORCH_CHECK_VALUE(a.tensor->device().is_cuda(), a.name, ": must be a CUDA tensor, got device ",
-                      a.tensor->device());
-    TORCH_CHECK_VALUE(a.tensor->device() == device, a.name, ": is on ", a.tensor->device(), ", ",
-                      args.begin()->name, " on ", device);
+                      a.tensor->device().str());
+    TORCH_CHECK_VALUE(a.tensor->device() == device, a.name, ": is on ", a.tensor->device().str(), ", ",
+                      args.begin()->name, " on ", device.str());
   }
   return device;
 }
