@@ -201,33 +201,38 @@ TEST_CASE("choose_chunk_tokens: worked examples", "[config]") {
   CHECK(vxqa::choose_chunk_tokens(1, 262144, 1, 128, 528) == 384);
 }
 
-TEST_CASE("plan_workspace_bytes: error word, padded partial LSE, partial O", "[config]") {
+TEST_CASE("plan_workspace_bytes: error word, padded partial LSE and chunk error words, partial O", "[config]") {
   // One chunk: only the error word (its 256-byte slot).
   for (int batch : {1, 16, 1000})
     for (int d : {64, 128, 256}) CHECK(vxqa::plan_workspace_bytes(batch, 48, 1, d) == 256);
   // Worked by hand.
-  CHECK(vxqa::plan_workspace_bytes(1, 1, 2, 64) == 256 + 256 + 2 * 64 * 4);                  // 1024
-  CHECK(vxqa::plan_workspace_bytes(16, 6, 20, 256) == 256 + 7680 + size_t(1920) * 256 * 4);  // 1974016
-  CHECK(vxqa::plan_workspace_bytes(16, 6, 20, 256) == 1974016);
-  CHECK(vxqa::plan_workspace_bytes(3, 7, 5, 128) == 256 + 512 + size_t(105) * 128 * 4);  // 105 slots: 420 -> 512
+  CHECK(vxqa::plan_workspace_bytes(1, 1, 2, 64) == 256 + 256 + 256 + 2 * 64 * 4);                  // 1280
+  CHECK(vxqa::plan_workspace_bytes(16, 6, 20, 256) == 256 + 7680 + 7680 + size_t(1920) * 256 * 4);  // 1981696
+  CHECK(vxqa::plan_workspace_bytes(16, 6, 20, 256) == 1981696);
+  CHECK(vxqa::plan_workspace_bytes(3, 7, 5, 128) == 256 + 512 + 512 + size_t(105) * 128 * 4);  // 105 slots: 420 -> 512
   // Past 4 GiB without wrapping.
-  CHECK(vxqa::plan_workspace_bytes(256, 64, 2048, 256) == size_t(34493956352ull));
+  CHECK(vxqa::plan_workspace_bytes(256, 64, 2048, 256) == size_t(34628174080ull));
 
   // The layout the kernel args use (api/decode.cuh make_decode_args): partial LSE at 256,
-  // partial O at 256 + the LSE area rounded up to 256 bytes, ending at the workspace size.
+  // the chunk error words after the LSE area rounded up to 256 bytes, partial O after
+  // theirs, ending at the workspace size.
   for (int batch : {1, 2, 7, 16})
     for (int heads : {1, 6, 48})
       for (int chunks : {2, 3, 31, 512})
         for (int d : {64, 128, 256}) {
           const size_t slots = size_t(batch) * heads * chunks;
-          const size_t lse_end = 256 + slots * 4;
-          const size_t o_begin = 256 + (slots * 4 + 255) / 256 * 256;
+          const vxqa::WorkspaceLayout w = vxqa::workspace_layout(batch, heads, chunks, d);
           const size_t total = vxqa::plan_workspace_bytes(batch, heads, chunks, d);
           INFO("B " << batch << " heads " << heads << " chunks " << chunks << " D " << d);
-          REQUIRE(o_begin % 256 == 0);
-          REQUIRE(o_begin >= lse_end);
-          REQUIRE(o_begin - lse_end < 256);
-          REQUIRE(total == o_begin + slots * d * 4);
+          REQUIRE(w.partial_lse == 256);
+          REQUIRE(w.chunk_errors % 256 == 0);
+          REQUIRE(w.chunk_errors >= w.partial_lse + slots * 4);
+          REQUIRE(w.chunk_errors - (w.partial_lse + slots * 4) < 256);
+          REQUIRE(w.partial_o % 256 == 0);
+          REQUIRE(w.partial_o >= w.chunk_errors + slots * 4);
+          REQUIRE(w.partial_o - (w.chunk_errors + slots * 4) < 256);
+          REQUIRE(total == w.partial_o + slots * d * 4);
+          REQUIRE(total == w.bytes);
           REQUIRE(total > vxqa::plan_workspace_bytes(batch, heads, chunks - 1, d));
         }
 }

@@ -68,7 +68,8 @@ vxqa::DecodePlan plan_for(const RandomProblem& p, int max_context, int chunk_tok
 }
 
 // One eager decode of `params` (its out / lse are set here) into fresh buffers sized for
-// `batch` sequences. With `workspace` null a fresh one is used.
+// `batch` sequences. With `workspace` null a fresh one is used, filled with 0xFF (a
+// workspace's bytes are garbage before its first decode: nothing may depend on them).
 template <class Config>
 DecodeResult run_params(vxqa::DecodeParams params, const vxqa::DecodePlan& plan, int batch,
                         unsigned char poison = kNanPoison, unsigned char* workspace = nullptr) {
@@ -77,6 +78,7 @@ DecodeResult run_params(vxqa::DecodeParams params, const vxqa::DecodePlan& plan,
   DeviceBuffer<float> lse(size_t(batch) * hq);
   DeviceBuffer<unsigned char> own_workspace(workspace ? 0 : plan.workspace_bytes);
   unsigned char* ws = workspace ? workspace : own_workspace.get();
+  if (!workspace) own_workspace.poison(0xFF);
   out.poison(poison);
   lse.poison(poison);
   params.out = out.get();

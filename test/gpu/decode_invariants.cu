@@ -294,6 +294,7 @@ void bad_lengths(RandomProblemOptions o, uint64_t seed) {
     const vxqa::DecodePlan plan = plan_for<Config>(p, max_context, chunk);
     INFO("D " << p.head_dim << " chunks " << plan.num_chunks << " seed " << seed);
     DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
+    workspace.poison(0xFF);  // garbage before the first decode: its error words too
     DeviceBuffer<uint16_t> dummy_out(size_t(p.batch) * hq * p.head_dim);
     const vxqa::DecodeParams params = make_params(p, d, dummy_out.get(), nullptr);
 

@@ -92,6 +92,8 @@ ConfigRun run_config(const PreparedCase& c, DeviceCase& d) {
   // Poison: 0xFF bytes are NaN in fp16 and fp32, so an output the kernels never wrote fails.
   check_cuda(cudaMemsetAsync(d.out.get(), 0xFF, rows * p.head_dim * sizeof(uint16_t)), "cudaMemsetAsync out");
   check_cuda(cudaMemsetAsync(d.lse.get(), 0xFF, rows * sizeof(float)), "cudaMemsetAsync lse");
+  // The workspace too: decode() owes no memset of it (its error words are the kernels' own).
+  check_cuda(cudaMemsetAsync(workspace, 0xFF, run.plan.workspace_bytes), "cudaMemsetAsync workspace");
   const vxqa::DecodeParams params = vxqa::problem_params(
       p, {d.cache.get(), d.q.get(), static_cast<const int32_t*>(d.table.get()),
           static_cast<const int32_t*>(d.lens.get()), d.out.get(), static_cast<float*>(d.lse.get())});

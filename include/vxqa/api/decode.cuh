@@ -5,8 +5,10 @@
 //   cudaMalloc(&ws, plan.workspace_bytes);
 //   decode<Config>(params, plan, ws, plan.workspace_bytes, stream);   // every step
 //
-// decode() checks the parameters (validate), then enqueues: a memset of the error word,
-// the decode kernel and, with more than one chunk, the combine kernel. It never
+// decode() checks the parameters (validate), then enqueues the decode kernel and, with more
+// than one chunk, the combine kernel (with one chunk, a memset of the error word first; with
+// several the kernels keep it themselves). On sm_90 each kernel is its predecessor's
+// programmatic dependent, so a launch overlaps the end of the kernel before it. It never
 // synchronises and never reads device memory, so it can be captured in a CUDA graph.
 //
 // What a captured graph fixes: every pointer and stride, `batch` (sequences at or past it
@@ -62,10 +64,12 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.k_scale_ptr = p.k_scale_ptr;
   a.v_scale_ptr = p.v_scale_ptr;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  const size_t slots = size_t(plan.max_batch) * p.num_kv_heads * p.group_size * plan.num_chunks;
+  const WorkspaceLayout w =
+      workspace_layout(plan.max_batch, p.num_kv_heads * p.group_size, plan.num_chunks, Config::kHeadDim);
   a.errors = reinterpret_cast<uint32_t*>(ws);
-  a.partial_lse = reinterpret_cast<float*>(ws + 256);
-  a.partial_o = reinterpret_cast<float*>(ws + 256 + (slots * 4 + 255) / 256 * 256);
+  a.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
+  a.chunk_errors = plan.num_chunks > 1 ? reinterpret_cast<uint32_t*>(ws + w.chunk_errors) : nullptr;
+  a.partial_o = reinterpret_cast<float*>(ws + w.partial_o);
   return a;
 }
 
@@ -170,38 +174,42 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   int smem_bytes = 0;
   const Status body = decode_smem_bytes<Config>(&smem_bytes);
   if (!body.ok()) return body;
-  cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
-  if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
-
-  // cudaLaunchKernel returns this launch's own status (cudaGetLastError would also report,
-  // and clear, an earlier error of the caller's).
-  void* kernel_args[] = {const_cast<DecodeKernelArgs*>(&args)};
-  const dim3 grid(plan.num_chunks, params.num_kv_heads * args.m_tiles, plan.max_batch);
-  err = cudaLaunchKernel(reinterpret_cast<const void*>(&decode_kernel<Config>), grid,
-                         dim3(Config::kThreads), kernel_args, smem_bytes, stream);
-  if (err != cudaSuccess) return Status::cuda("decode_kernel launch", cudaGetErrorString(err));
-  if (plan.num_chunks > 1) {
-    const dim3 combine_grid(params.num_kv_heads * params.group_size, plan.max_batch,
-                            CombineShape<Config::kHeadDim>::kSlices);
-    // On sm_90 the combine is the decode kernel's programmatic dependent: its launch
-    // overlaps the decode's last CTAs (it waits for their partials on the device).
-    bool pdl = false;
-    const Status pdl_status = device_has_pdl(&pdl);
-    if (!pdl_status.ok()) return pdl_status;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t launch{};
-    launch.gridDim = combine_grid;
-    launch.blockDim = dim3(kCombineThreads);
-    launch.stream = stream;
-    launch.attrs = pdl ? &attribute : nullptr;
-    launch.numAttrs = pdl ? 1 : 0;
-    err = cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim, Config::kQo>),
-                              kernel_args);
-    if (err != cudaSuccess) return Status::cuda("combine_kernel launch", cudaGetErrorString(err));
+  bool pdl = false;
+  const Status pdl_status = device_has_pdl(&pdl);
+  if (!pdl_status.ok()) return pdl_status;
+  const bool split = plan.num_chunks > 1;
+  if (!split) {  // with several chunks the decode kernel zeroes the word (make_decode_args)
+    const cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
+    if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
   }
-  return Status();
+
+  // On sm_90 a kernel launched as its predecessor's programmatic dependent starts while
+  // that one ends, and waits for its results on the device (grid_dependency_wait): the
+  // decode kernel after whatever kernel came before it (not after the memset), the combine
+  // after the decode kernel. cudaLaunchKernelExC returns this launch's own status
+  // (cudaGetLastError would also report, and clear, an earlier error of the caller's).
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  auto launch = [&](const void* kernel, dim3 grid, dim3 block, int smem, bool dependent, const char* what) {
+    void* kernel_args[] = {const_cast<DecodeKernelArgs*>(&args)};
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = dependent ? &attribute : nullptr;
+    config.numAttrs = dependent ? 1 : 0;
+    const cudaError_t err = cudaLaunchKernelExC(&config, kernel, kernel_args);
+    return err == cudaSuccess ? Status() : Status::cuda(what, cudaGetErrorString(err));
+  };
+  const Status decoded = launch(reinterpret_cast<const void*>(&decode_kernel<Config>),
+                                dim3(plan.num_chunks, params.num_kv_heads * args.m_tiles, plan.max_batch),
+                                dim3(Config::kThreads), smem_bytes, pdl && split, "decode_kernel launch");
+  if (!decoded.ok() || !split) return decoded;
+  return launch(reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim, Config::kQo>),
+                dim3(params.num_kv_heads * params.group_size, plan.max_batch, CombineShape<Config::kHeadDim>::kSlices),
+                dim3(kCombineThreads), 0, pdl, "combine_kernel launch");
 }
 
 // Reads the error bits the last decode() on `stream` left (DecodeError). This one call

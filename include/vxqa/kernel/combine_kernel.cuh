@@ -6,6 +6,9 @@
 // run after run, and a sequence's result does not depend on the rest of the batch (its
 // chunks are cut at absolute token positions).
 //
+// Errors: the decode kernel zeroed the step's error word; the CTAs of slice 0 OR into it a
+// bad length, and the bad-page bits of the chunks they merge.
+//
 // NaN: a NaN chunk LSE (a NaN score, or a bad page id in that chunk) makes the max, every
 // weight and so the whole result NaN. A chunk whose live scores were all -inf arrives as
 // O = 0, LSE -inf and weighs 0; if every chunk is like that, the result is NaN (0 / 0, as
@@ -51,15 +54,19 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   __shared__ float2 warp_sum[Shape::kWarps][32];
 
   // Launched as the decode kernel's programmatic dependent on sm_90: wait for its partials.
+  // The next step's decode kernel may launch now; it waits for this kernel in turn.
   arch::grid_dependency_wait();
+  arch::launch_dependents();
   const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
   if (seq_index >= a.batch) return;
+  const bool reports = blockIdx.z == 0;  // one CTA a (query head, sequence) reports errors
   const int q_heads = a.num_kv_heads * a.group_size;
   uint16_t* out = static_cast<uint16_t*>(a.out) + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
   float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
   const int len = a.seq_lens[seq_index];
-  if (!length_is_valid(len, a)) {  // the decode kernel has flagged it
+  if (!length_is_valid(len, a)) {
+    if (reports && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
     if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
     if (threadIdx.x == 0 && lse) *lse = quiet_nan();
     return;
@@ -68,9 +75,26 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
   const float* chunk_lse = a.partial_lse + first;
 
+  // The O of this warp's first kUnroll chunks is loaded before the reductions: it does not
+  // depend on the max, so its latency overlaps theirs (a short step's critical path).
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + lane;
+  constexpr int kStride = kHeadDim / 2, kStep = Shape::kWarps;  // float2s between chunks
+  float2 early[Shape::kUnroll];
+#pragma unroll
+  for (int u = 0; u < Shape::kUnroll; ++u) {
+    const int c = warp + u * kStep;
+    early[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
+  }
+
   float local_max = negative_infinity();
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads)
+  uint32_t local_errors = 0u;
+  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) {
     local_max = softmax::max_keep_nan(local_max, chunk_lse[c]);
+    if (reports) local_errors |= a.chunk_errors[first + c];
+  }
+  if (reports && __syncthreads_or(local_errors != 0u) && threadIdx.x == 0)
+    atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
   const float block_max = Reduce(reduce_storage).Reduce(local_max, MaxKeepNanOp());
   if (threadIdx.x == 0) shared_max = block_max;
   __syncthreads();
@@ -85,11 +109,18 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   __syncthreads();
   const float sum = shared_sum;
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + lane;
-  constexpr int kStride = kHeadDim / 2, kStep = Shape::kWarps;  // float2s between chunks
+  // Chunk order: warp, warp + kStep, ... (the early ones first), whatever the unrolling.
   float2 acc = make_float2(0.f, 0.f);
-  int c = warp;
+#pragma unroll
+  for (int u = 0; u < Shape::kUnroll; ++u) {
+    const int c = warp + u * kStep;
+    if (c < chunks) {
+      const float w = softmax::rescale_factor(chunk_lse[c], m);
+      acc.x += w * early[u].x;
+      acc.y += w * early[u].y;
+    }
+  }
+  int c = warp + Shape::kUnroll * kStep;
   for (; c + (Shape::kUnroll - 1) * kStep < chunks; c += Shape::kUnroll * kStep) {
     float2 x[Shape::kUnroll];
     float w[Shape::kUnroll];

@@ -25,8 +25,8 @@ struct CtaWork {
   VXQA_DEVICE bool live() const { return end > begin; }
 };
 
-// Fills `w`; false when the CTA has nothing to do. A bad length is flagged here (and, with
-// one chunk, its outputs written as NaN; with several, the combine writes them).
+// Fills `w`; false when the CTA has nothing to do. A bad length: with one chunk flagged here
+// and its outputs written as NaN; with several, the combine does both.
 template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
 
@@ -77,7 +77,8 @@ VXQA_DEVICE PageSize<kPageSize> cta_page_size(const DecodeKernelArgs& a) {
 }
 
 // Writes element `dim` of query head `q_head` (and its LSE, at dim 0) from the CTA's merged
-// (m, l, o): base-2 m, l = the sum of P, o = the unnormalised output.
+// (m, l, o): base-2 m, l = the sum of P, o = the unnormalised output. With several chunks
+// the chunk's partial, and its error word.
 template <int kHeadDim, ActType kOut>
 VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
                                    float l, float o, bool bad_page) {
@@ -95,7 +96,11 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   } else {
     const int64_t slot = (int64_t(w.seq_index) * q_heads + q_head) * a.num_chunks + w.chunk;
     a.partial_o[slot * kHeadDim + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
-    if (dim == 0) a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
+    if (dim == 0) {
+      a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
+      // Written whatever its value (the workspace may hold garbage): the combine ORs it in.
+      a.chunk_errors[slot] = bad_page ? uint32_t(kDecodeErrorBadPage) : 0u;
+    }
   }
 }
 
@@ -113,8 +118,8 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
 
   const int len = a.seq_lens[w.seq_index];
   if (!length_is_valid(len, a)) {
-    if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
-    if (single_chunk) {
+    if (single_chunk) {  // with several chunks the combine flags it (and writes the NaNs)
+      if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
       const int q_heads = a.num_kv_heads * a.group_size;
       for (int i = threadIdx.x; i < w.heads * kHeadDim; i += kThreads) {
         const int q_head = w.q_head0 + i / kHeadDim;
@@ -123,7 +128,7 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
         if (i % kHeadDim == 0 && a.lse) a.lse[int64_t(w.seq_index) * q_heads + q_head] = quiet_nan();
       }
     }
-    return false;  // with several chunks, the combine writes the NaNs
+    return false;
   }
   w.begin = w.chunk * a.chunk_tokens;
   w.end = min(w.begin + a.chunk_tokens, len);

@@ -83,6 +83,8 @@ struct DecodeCtaSm80 {
     arch::cp_async_wait<0>();  // nothing in flight into the stages the merge reuses
 
     const bool cta_bad_page = __syncthreads_or(bad_page);
+    // With several chunks the chunk's error words carry it too (store_head_result), so
+    // this OR may land before or after the kernel zeroes the word.
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
     float* merge_o = reinterpret_cast<float*>(warp_area);
     float* merge_ml = reinterpret_cast<float*>(warp_area + kMergeOBytes);

@@ -122,6 +122,9 @@ struct DecodeCta {
     arch::launch_dependents();  // the combine may start launching: it waits for our partials
     // Every warp is done with its tile: reuse it for the merge.
     const bool cta_bad_page = __syncthreads_or(bad_page);
+    // With several chunks the chunk's error words carry it too (store_head_result), so
+    // this OR may land before or after the kernel zeroes the word. (Also testing the chunk
+    // count here made ptxas 11.8 spill in a D = 128 Config.)
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
     float* merge_o = reinterpret_cast<float*>(warp_area);
     float* merge_ml = reinterpret_cast<float*>(s_tile);
@@ -221,6 +224,12 @@ struct DecodeCta {
 template <class Config>
 __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKernelArgs args) {
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
+  // On sm_90 decode() launches this kernel as the previous kernel's programmatic dependent:
+  // nothing is read or written before that kernel is done.
+  arch::grid_dependency_wait();
+  // With several chunks no memset zeroes the error word before the step: this kernel does,
+  // and the combine, which starts after it, ORs the chunks' bits into it.
+  if (args.chunk_errors && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) *args.errors = 0u;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (Config::kHasSm80Path) {
     DecodeCtaSm80<Config>::run(args, vxqa_decode_smem);

@@ -17,11 +17,26 @@ struct DecodePlan {
   size_t workspace_bytes = 0;
 };
 
-// Workspace: [error word, padded to 256 B][partial LSE][partial O], all fp32.
-VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, int head_dim) {
+// Workspace: [error word, padded to 256 B][partial LSE][CTA error words][partial O], each
+// area padded to 256 B. With several chunks there is one slot a (sequence, query head,
+// chunk): its partial LSE, the DecodeError bits of the CTA that computed it (the combine ORs
+// them into the error word, so that the step needs no memset before it) and its partial O.
+// One chunk: only the error word.
+struct WorkspaceLayout {
+  size_t partial_lse, chunk_errors, partial_o, bytes;  // byte offsets, and the total
+};
+VXQA_HD WorkspaceLayout workspace_layout(int max_batch, int q_heads, int num_chunks, int head_dim) {
   const size_t slots = num_chunks > 1 ? size_t(max_batch) * q_heads * num_chunks : 0;
-  const size_t lse_bytes = (slots * 4 + 255) / 256 * 256;
-  return 256 + lse_bytes + slots * head_dim * 4;
+  const size_t words = (slots * 4 + 255) / 256 * 256;  // one 4-byte word a slot, padded
+  WorkspaceLayout w;
+  w.partial_lse = 256;
+  w.chunk_errors = w.partial_lse + words;
+  w.partial_o = w.chunk_errors + words;
+  w.bytes = w.partial_o + slots * head_dim * 4;
+  return w;
+}
+VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, int head_dim) {
+  return workspace_layout(max_batch, q_heads, num_chunks, head_dim).bytes;
 }
 
 // The kernels compute a chunk's end as begin + chunk_tokens in int, with begin below
