@@ -164,6 +164,17 @@ inline Status device_has_pdl(bool* has) {
   return s;
 }
 
+// The combine kernel of a split plan's steps and its grid: (query heads, max_batch, slices
+// of combine_slice_dims(num_chunks) dims).
+template <class Config>
+const void* combine_kernel_for(const DecodePlan& plan, int q_heads, dim3* grid) {
+  constexpr int kD = Config::kHeadDim;
+  const bool narrow = combine_slice_dims(plan.num_chunks) == 16;
+  *grid = dim3(q_heads, plan.max_batch, narrow ? CombineShape<kD, 16>::kSlices : CombineShape<kD, 64>::kSlices);
+  return narrow ? reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 16>)
+                : reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 64>);
+}
+
 template <class Config>
 Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
               size_t workspace_bytes, cudaStream_t stream) {
@@ -207,9 +218,9 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
                                 dim3(plan.num_chunks, params.num_kv_heads * args.m_tiles, plan.max_batch),
                                 dim3(Config::kThreads), smem_bytes, pdl && split, "decode_kernel launch");
   if (!decoded.ok() || !split) return decoded;
-  return launch(reinterpret_cast<const void*>(&combine_kernel<Config::kHeadDim, Config::kQo>),
-                dim3(params.num_kv_heads * params.group_size, plan.max_batch, CombineShape<Config::kHeadDim>::kSlices),
-                dim3(kCombineThreads), 0, pdl, "combine_kernel launch");
+  dim3 combine_grid;
+  const void* combine = combine_kernel_for<Config>(plan, params.num_kv_heads * params.group_size, &combine_grid);
+  return launch(combine, combine_grid, dim3(kCombineThreads), 0, pdl, "combine_kernel launch");
 }
 
 // Reads the error bits the last decode() on `stream` left (DecodeError). This one call

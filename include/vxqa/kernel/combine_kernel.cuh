@@ -32,26 +32,36 @@ struct MaxKeepNanOp {
   VXQA_DEVICE float operator()(float a, float b) const { return softmax::max_keep_nan(a, b); }
 };
 
-// How the combine cuts one (query head, sequence): gridDim.z slices of 64 dims, so a long
-// sequence's many chunks are read by several CTAs at once; in a CTA, warp w sums chunks
-// w, w + 4, w + 8, ... (two dims a lane, four chunks' loads in flight), and the four warps'
-// sums are added in warp order. The order depends only on the sequence's chunk count.
-template <int kHeadDim>
+// How the combine cuts one (query head, sequence): gridDim.z slices of kSliceDims dims, so a
+// long sequence's many chunks are read by several CTAs at once. In a CTA the threads form
+// kStreams chunk streams of kSliceDims / 2 threads (two dims a thread): stream s sums chunks
+// s, s + kStreams, ... (kUnroll chunks' loads in flight), and the streams' sums are added in
+// stream order. The order depends only on the sequence's chunk count and the slice width,
+// which the plan fixes (combine_slice_dims).
+template <int kHeadDim, int kSliceWidth = 64>
 struct CombineShape {
-  static constexpr int kSliceDims = 64;  // a warp's lanes take 2 dims each
+  static constexpr int kSliceDims = kSliceWidth;
   static constexpr int kSlices = kHeadDim / kSliceDims;
-  static constexpr int kWarps = kCombineThreads / 32;
+  static constexpr int kThreadsPerChunk = kSliceDims / 2;
+  static constexpr int kStreams = kCombineThreads / kThreadsPerChunk;
   static constexpr int kUnroll = 4;
-  static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of 64");
+  static_assert(kSliceDims == 16 || kSliceDims == 64, "CombineShape: slices of 16 or 64 dims");
+  static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of the slice");
 };
 
-template <int kHeadDim, ActType kOut = ActType::kFp16>
+// A plan's slice width: 64 dims (4 streams a CTA) up to kCombineNarrowAbove chunks; past
+// it 16 dims, 16 streams and 4x the CTAs, so that a long sequence's chunks are read by more
+// threads at once (each stream's loads wait on one another in kUnroll-sized groups).
+inline constexpr int kCombineNarrowAbove = 32;
+VXQA_HD constexpr int combine_slice_dims(int num_chunks) { return num_chunks > kCombineNarrowAbove ? 16 : 64; }
+
+template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {
-  using Shape = CombineShape<kHeadDim>;
+  using Shape = CombineShape<kHeadDim, kSliceWidth>;
   using Reduce = cub::BlockReduce<float, kCombineThreads>;
   __shared__ typename Reduce::TempStorage reduce_storage;
   __shared__ float shared_max, shared_sum;
-  __shared__ float2 warp_sum[Shape::kWarps][32];
+  __shared__ float2 stream_sum[Shape::kStreams][Shape::kThreadsPerChunk];
 
   // Launched as the decode kernel's programmatic dependent on sm_90: wait for its partials.
   // The next step's decode kernel may launch now; it waits for this kernel in turn.
@@ -75,15 +85,15 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
   const float* chunk_lse = a.partial_lse + first;
 
-  // The O of this warp's first kUnroll chunks is loaded before the reductions: it does not
+  // The O of this stream's first kUnroll chunks is loaded before the reductions: it does not
   // depend on the max, so its latency overlaps theirs (a short step's critical path).
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + lane;
-  constexpr int kStride = kHeadDim / 2, kStep = Shape::kWarps;  // float2s between chunks
+  const int stream = threadIdx.x / Shape::kThreadsPerChunk, pair = threadIdx.x % Shape::kThreadsPerChunk;
+  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + pair;
+  constexpr int kStride = kHeadDim / 2, kStep = Shape::kStreams;  // float2s between chunks
   float2 early[Shape::kUnroll];
 #pragma unroll
   for (int u = 0; u < Shape::kUnroll; ++u) {
-    const int c = warp + u * kStep;
+    const int c = stream + u * kStep;
     early[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
   }
 
@@ -109,18 +119,18 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   __syncthreads();
   const float sum = shared_sum;
 
-  // Chunk order: warp, warp + kStep, ... (the early ones first), whatever the unrolling.
+  // Chunk order: stream, stream + kStep, ... (the early ones first), whatever the unrolling.
   float2 acc = make_float2(0.f, 0.f);
 #pragma unroll
   for (int u = 0; u < Shape::kUnroll; ++u) {
-    const int c = warp + u * kStep;
+    const int c = stream + u * kStep;
     if (c < chunks) {
       const float w = softmax::rescale_factor(chunk_lse[c], m);
       acc.x += w * early[u].x;
       acc.y += w * early[u].y;
     }
   }
-  int c = warp + Shape::kUnroll * kStep;
+  int c = stream + Shape::kUnroll * kStep;
   for (; c + (Shape::kUnroll - 1) * kStep < chunks; c += Shape::kUnroll * kStep) {
     float2 x[Shape::kUnroll];
     float w[Shape::kUnroll];
@@ -141,13 +151,13 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     acc.x += w * x.x;
     acc.y += w * x.y;
   }
-  warp_sum[warp][lane] = acc;
+  stream_sum[stream][pair] = acc;
   __syncthreads();
   if (threadIdx.x >= Shape::kSliceDims) return;
   float o = 0.f;
 #pragma unroll
-  for (int w = 0; w < Shape::kWarps; ++w) {
-    const float2 s = warp_sum[w][threadIdx.x >> 1];
+  for (int s_index = 0; s_index < Shape::kStreams; ++s_index) {
+    const float2 s = stream_sum[s_index][threadIdx.x >> 1];
     o += threadIdx.x & 1 ? s.y : s.x;
   }
   // Live tokens whose scores are all -inf: no chunk has weight (m = -inf), the softmax is
