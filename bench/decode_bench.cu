@@ -83,7 +83,7 @@ std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
 // A decode step's launches as decode() makes them, any of them left out: where a step's
 // fixed costs lie (--breakdown). No checks beyond the launches' own: decode() validated
 // these parameters before.
-enum StepPart : unsigned { kMemset = 1, kDecodeKernel = 2, kCombine = 4, kEmptyKernel = 8 };
+enum StepPart : unsigned { kMemset = 1, kDecodeKernel = 2, kCombine = 4, kEmptyKernel = 8, kCombine16 = 16, kCombine64 = 32 };
 
 __global__ void empty_kernel() {}
 
@@ -106,6 +106,10 @@ void launch_parts(const vxqa::DecodeParams& p, const vxqa::DecodePlan& plan, voi
     attribute.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t launch{};
     const void* combine = vxqa::combine_kernel_for<Config>(plan, p.num_kv_heads * p.group_size, &launch.gridDim);
+    constexpr int kD = Config::kHeadDim;  // a slice width forced, whatever the plan's
+    if (parts & kCombine16) combine = reinterpret_cast<const void*>(&vxqa::combine_kernel<kD, Config::kQo, 16>);
+    if (parts & kCombine64) combine = reinterpret_cast<const void*>(&vxqa::combine_kernel<kD, Config::kQo, 64>);
+    if (parts & (kCombine16 | kCombine64)) launch.gridDim.z = kD / (parts & kCombine16 ? 16 : 64);
     launch.blockDim = dim3(vxqa::kCombineThreads);
     launch.stream = stream;
     launch.attrs = &attribute;
@@ -192,6 +196,8 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
         {"decode kernel", kDecodeKernel},
         {"memset + decode kernel", kMemset | kDecodeKernel},
         {"decode kernel + combine", kDecodeKernel | kCombine},
+        {"decode kernel + combine of 16-dim slices", kDecodeKernel | kCombine | kCombine16},
+        {"decode kernel + combine of 64-dim slices", kDecodeKernel | kCombine | kCombine64},
         {"memset + decode + combine", kMemset | kDecodeKernel | kCombine},
         {"empty kernel", kEmptyKernel},
         {"empty kernel + memset", kEmptyKernel | kMemset}};
@@ -346,7 +352,7 @@ int main(int argc, char** argv) {
         results.push_back(run_shape<E5m2>({names.back().c_str(), batch, context, 800, 6, 1, false}, stream, sms, l2, copy));
       }
   } else if (mode == "breakdown") {  // where a step's fixed costs lie
-    for (int i : {0, 2, 3, 4}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
+    for (int i : {0, 2, 3, 4, 5}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
     results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
                                           sms, l2, copy, 0, "", true));
   } else if (mode == "profile") {  // one shape, for ncu
