@@ -149,8 +149,12 @@ int main(int argc, char** argv) {
       [&] { vxqa::decode<Config>(params, plan, workspace, plan.workspace_bytes, stream); }, stream);
   const double copy = vxqa_demo::copy_bandwidth_gbs(stream);
   const double gbs = io_bytes / (us * 1e3);
+  int smem = 0;
+  bool sm80_body = false;  // which body this device runs (the default atom picks per architecture)
+  if (!vxqa::decode_smem_bytes<Config>(&smem, &sm80_body).ok()) return 1;
   std::printf("%s: %.1f us per step (median), %.0f GB/s = %.0f %% of the %.0f GB/s copy bandwidth "
-              "(chunk %d tokens, %d chunks, SM70 m8n8k4 path)\n",
-              prop.name, us, gbs, 100.0 * gbs / copy, copy, plan.chunk_tokens, plan.num_chunks);
+              "(chunk %d tokens, %d chunks, %s path)\n",
+              prop.name, us, gbs, 100.0 * gbs / copy, copy, plan.chunk_tokens, plan.num_chunks,
+              sm80_body ? "SM80 m16n8k16" : "SM70 m8n8k4");
   return ok ? 0 : 1;
 }

@@ -2,6 +2,7 @@
 # Everything a GPU machine checks, in one call (the H200 lease is short): builds the GPU
 # targets for the local GPU, then runs, each writing its raw, untrimmed log to $OUT:
 #   gpu-suite.log / gpu-suite_sm70.log   the GPU tests, default atom / SM70 path forced
+#   example.log demo.log                 the C++ examples (steps "suite" and "examples")
 #   sweep.log                            vxqa_sweep over seeds [0, SWEEP_SEEDS)
 #   memcheck.log racecheck.log synccheck.log (and *_sm70.log)   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
@@ -44,6 +45,13 @@ step_build() {
   if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
 }
 
+step_examples() {  # the C++ examples (step "suite" runs them too)
+  ./build-gpu/examples/vxqa_custom_config >"$out/example.log" 2>&1
+  note "example custom_config: rc $?: $(tail -1 "$out/example.log")"
+  ./build-gpu/examples/vxqa_demo >"$out/demo.log" 2>&1
+  note "example decode_demo: rc $?: $(grep -E '^check vs|us per step' "$out/demo.log" | tr '\n' ' ')"
+}
+
 step_suite() {  # both variants at once: they share the GPU, each checks its own results
   start=$SECONDS
   suffix() { [ "$1" = sm70 ] && echo _sm70; }  # the binary's suffix of a suite name
@@ -52,8 +60,7 @@ step_suite() {  # both variants at once: they share the GPU, each checks its own
     ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1 &
   done
   wait
-  ./build-gpu/examples/vxqa_custom_config >"$out/example.log" 2>&1
-  note "example custom_config: rc $?: $(tail -1 "$out/example.log")"
+  step_examples
   for s in ${VXQA_SUITES:-default sm70}; do
     v=$(suffix "$s")
     note "suite$v: $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
