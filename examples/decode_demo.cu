@@ -125,9 +125,8 @@ int main(int argc, char** argv) {
   DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
   DEMO_CHECK(cudaMemset(out, 0xFF, p.q.size() * 2));
 
-  vxqa::DecodePlan plan;
-  vxqa::Status s = vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group,
-                                                  prop.multiProcessorCount, &plan);
+  vxqa::DecodePlan plan;  // for this device: its SM count and the body it runs
+  vxqa::Status s = vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan);
   if (!s.ok()) { std::fprintf(stderr, "plan: %s\n", s.message().c_str()); return 1; }
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
