@@ -7,9 +7,11 @@
 //
 // decode() checks the parameters (validate), then enqueues the decode kernel and, with more
 // than one chunk, the combine kernel (with one chunk, a memset of the error word first; with
-// several the kernels keep it themselves). On sm_90 each kernel is its predecessor's
-// programmatic dependent, so a launch overlaps the end of the kernel before it. It never
-// synchronises and never reads device memory, so it can be captured in a CUDA graph.
+// several the kernels keep it themselves). With sm_90 code and several chunks both kernels
+// are their predecessors' programmatic dependents, so a launch overlaps the end of the
+// kernel before it (each waits for that kernel, and so for all earlier work, before it
+// touches memory). It never synchronises and never reads device memory, so it can be
+// captured in a CUDA graph.
 //
 // What a captured graph fixes: every pointer and stride, `batch` (sequences at or past it
 // are not written: capture one graph per batch size, as engines do, or capture max_batch
@@ -75,8 +77,11 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
 
 // Which body decode_kernel<Config> runs on the current device, and its dynamic shared
 // memory: the SM80 one where the device's code was compiled for compute_80 or newer (the
-// kernel's ptxVersion, which is what __CUDA_ARCH__ was), else the SM70 one. Asked once per
-// device, when the shared-memory opt-in is set too; later calls read the cache.
+// kernel's ptxVersion, which is what __CUDA_ARCH__ was), else the SM70 one; and whether
+// that code waits for its predecessor (griddepcontrol, compiled in from compute_90 on: only
+// then does decode() launch the kernels as programmatic dependents — code JIT-compiled for
+// an H100 from compute_80 PTX has no wait). Asked once per device, when the shared-memory
+// opt-in is set too; later calls read the cache.
 namespace detail {
 
 // A nonzero int known once per device (per cache: each caller keeps its own static array):
@@ -99,8 +104,9 @@ Status cached_per_device(std::atomic<int> (&cache)[kMaxCachedDevices], int* valu
 }  // namespace detail
 
 template <class Config>
-Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
-  static std::atomic<int> cache[detail::kMaxCachedDevices] = {};  // 2 * smem + (SM80 body)
+Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* dependent_launch = nullptr) {
+  // 4 * smem + 2 * (dependent launch) + (SM80 body)
+  static std::atomic<int> cache[detail::kMaxCachedDevices] = {};
   int known = 0;
   const Status s = detail::cached_per_device(cache, &known, [](int, int* value) {
     cudaFuncAttributes attributes{};
@@ -110,12 +116,13 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr) {
     const int bytes = sm80 ? Config::kSm80SmemBytes : Config::kSmemBytes;
     err = cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
-    *value = 2 * bytes + (sm80 ? 1 : 0);
+    *value = 4 * bytes + (attributes.ptxVersion >= 90 ? 2 : 0) + (sm80 ? 1 : 0);
     return Status();
   });
   if (!s.ok()) return s;
-  *smem_bytes = known / 2;
+  *smem_bytes = known / 4;
   if (sm80_body) *sm80_body = known & 1;
+  if (dependent_launch) *dependent_launch = (known & 2) != 0;
   return Status();
 }
 
@@ -148,22 +155,6 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
                                   sm80_body ? kSm80PlanMinChunkRounds : 1);
 }
 
-// Whether the current device takes programmatic dependent launches (sm_90 and newer),
-// asked once per device.
-inline Status device_has_pdl(bool* has) {
-  static std::atomic<int> cache[detail::kMaxCachedDevices] = {};  // 1: no, 2: yes
-  int known = 0;
-  const Status s = detail::cached_per_device(cache, &known, [](int device, int* value) {
-    int major = 0;
-    const cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err != cudaSuccess) return Status::cuda("cudaDeviceGetAttribute", cudaGetErrorString(err));
-    *value = major >= 9 ? 2 : 1;
-    return Status();
-  });
-  *has = known == 2;
-  return s;
-}
-
 // The combine kernel of a split plan's steps and its grid: (query heads, max_batch, slices
 // of combine_slice_dims(num_chunks) dims).
 template <class Config>
@@ -183,11 +174,9 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
 
   int smem_bytes = 0;
-  const Status body = decode_smem_bytes<Config>(&smem_bytes);
+  bool pdl = false;  // the kernels' code waits for its predecessor (sm_90 code)
+  const Status body = decode_smem_bytes<Config>(&smem_bytes, nullptr, &pdl);
   if (!body.ok()) return body;
-  bool pdl = false;
-  const Status pdl_status = device_has_pdl(&pdl);
-  if (!pdl_status.ok()) return pdl_status;
   const bool split = plan.num_chunks > 1;
   if (!split) {  // with several chunks the decode kernel zeroes the word (make_decode_args)
     const cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);

@@ -1,7 +1,8 @@
 // vxqa/kernel/combine_kernel.cuh — merges a sequence's split-KV chunks by their LSE.
 //
-// One CTA per (query head, sequence, 64-dim slice). The chunks are summed in an order fixed
-// by the sequence's chunk count (CombineShape), and the max and sum come from CUB block
+// One CTA per (query head, sequence, slice of 64 or 16 dims). The chunks are summed in an
+// order fixed by the sequence's chunk count and the plan's slice width (CombineShape,
+// combine_slice_dims), and the max and sum come from CUB block
 // reductions whose tree is fixed by the block size, so the same input gives the same bits
 // run after run, and a sequence's result does not depend on the rest of the batch (its
 // chunks are cut at absolute token positions).
