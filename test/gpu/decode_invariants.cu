@@ -126,14 +126,14 @@ struct Graph {
 
 // ---------------------------------------------------------------------------------------
 template <class Config>
-void two_runs_identical(RandomProblemOptions o, uint64_t seed) {
+void two_runs_identical(RandomProblemOptions o, uint64_t seed, int min_chunks = 4) {
   const RandomProblem p = vxqa::reference::make_random_problem(o, seed);
   DeviceProblem d(p);
   const int chunk = Config::kCtaTokens;  // 1 CTA round per chunk: many chunks
   const vxqa::DecodePlan plan = plan_for<Config>(p, longest(p.seq_lens), chunk);
   INFO("D " << p.head_dim << " G " << p.group << " Hkv " << p.kv_heads << " page " << p.page_size
             << " chunks " << plan.num_chunks << " seed " << seed);
-  REQUIRE(plan.num_chunks >= 4);
+  REQUIRE(plan.num_chunks >= min_chunks);
   const DecodeResult a = run_decode<Config>(p, d, plan);
   const DecodeResult b = run_decode<Config>(p, d, plan);
   require_same_bits(a, b, p.batch, p.query_heads(), p.head_dim, "run 1 vs run 2");
@@ -392,6 +392,12 @@ TEST_CASE("two runs of a split-KV decode give identical bits", "[decode_invarian
     o.batch = 3;
     two_runs_identical<Fp16D128>(o, 11001);
   }
+  {  // more than 32 chunks: the combine's 16-dim slices
+    RandomProblemOptions o = qwen_like();
+    o.seq_lens = {5000, 4300, 70};
+    o.batch = 3;
+    two_runs_identical<E5m2D256>(o, 11002, vxqa::kCombineNarrowAbove + 1);
+  }
 }
 
 TEST_CASE("a sequence alone and inside a batch of 16 give identical bits", "[decode_invariants]") {
@@ -406,6 +412,12 @@ TEST_CASE("a sequence alone and inside a batch of 16 give identical bits", "[dec
     o.min_seq_len = 0;
     o.max_seq_len = 1100;
     batch_invariance<Fp16D128>(o, 12001);
+  }
+  {  // the explicit chunk gives more than 32 chunks: the combine's 16-dim slices
+    RandomProblemOptions o = d128_fp16();
+    o.min_seq_len = 1;
+    o.max_seq_len = 9000;
+    batch_invariance<Fp16D128>(o, 12002);
   }
 }
 

@@ -198,7 +198,52 @@ void bad_page_ids(uint64_t seed, const std::vector<int32_t>& ids, const std::vec
   }
 }
 
+// The combine alone gathers the chunks' error words into the step's (the decode CTAs'
+// own atomicOr, which usually lands after the kernel zeroes the word, would hide a broken
+// gather from bad_page_ids): after a good decode, the word zeroed and one chunk's word of
+// one head set to the bad-page bit, the combine must report it; with every chunk word 0, not.
+template <class Config>
+void combine_gathers_chunk_errors(uint64_t seed, bool narrow) {
+  RandomProblemOptions o = aligned_options<Config>();
+  const RandomProblem p = problem(o, {700, narrow ? 4500 : 1500, 33}, seed);
+  const DeviceProblem d(p);
+  const vxqa::DecodePlan plan = plan_for<Config>(p, longest(p), Config::kCtaTokens);
+  INFO("chunks " << plan.num_chunks << ", combine slices of " << vxqa::combine_slice_dims(plan.num_chunks));
+  REQUIRE((vxqa::combine_slice_dims(plan.num_chunks) == 16) == narrow);
+  DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
+  const DecodeResult good = run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.batch, kNanPoison,
+                                               workspace.get());
+  REQUIRE(good.errors == 0u);
+
+  DeviceBuffer<uint16_t> out(p.q.size());
+  vxqa::DecodeParams params = make_params(p, d, out.get(), nullptr);
+  vxqa::DecodeKernelArgs args = vxqa::make_decode_args<Config>(params, plan, workspace.get());
+  REQUIRE(args.chunk_errors != nullptr);
+  dim3 grid;
+  const void* combine = vxqa::combine_kernel_for<Config>(plan, p.query_heads(), &grid);
+  void* kernel_args[] = {&args};
+  const uint32_t zero = 0u, bad = vxqa::kDecodeErrorBadPage;
+  // Sequence 1, its last query head, its last chunk (one the combine reads).
+  const int64_t slot = (int64_t(1) * p.query_heads() + p.query_heads() - 1) * plan.num_chunks +
+                       (p.seq_lens[1] - 1) / plan.chunk_tokens;
+  for (const uint32_t word : {zero, bad}) {
+    INFO("chunk word " << word);
+    VXQA_CUDA_CHECK(cudaMemcpy(args.errors, &zero, 4, cudaMemcpyHostToDevice));
+    VXQA_CUDA_CHECK(cudaMemcpy(args.chunk_errors + slot, &word, 4, cudaMemcpyHostToDevice));
+    VXQA_CUDA_CHECK(cudaLaunchKernel(combine, grid, dim3(vxqa::kCombineThreads), kernel_args, 0, 0));
+    VXQA_CUDA_CHECK_LAUNCH();
+    uint32_t errors = ~0u;
+    VXQA_CUDA_CHECK(cudaMemcpy(&errors, args.errors, 4, cudaMemcpyDeviceToHost));
+    REQUIRE(errors == word);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("the combine ORs the chunks' error words into the step's, both slice widths", "[decode_nonfinite]") {
+  combine_gathers_chunk_errors<E5m2D128>(7700, false);
+  combine_gathers_chunk_errors<E5m2D128>(7701, true);
+}
 
 TEST_CASE("NaN and inf in q, K and V: NaN where the reference is NaN, under every plan", "[decode_nonfinite]") {
   nan_in_q_k_v<E5m2D128>(7000);
