@@ -1,5 +1,5 @@
 // test/sm70/decode_d256.cu — SM70 audit TU: the head-dim-256 decode Configs the tests, the demo
-// and the benchmark instantiate, plus the combine kernel.
+// and the benchmark instantiate, plus the combine kernel (64- and 16-dim slices).
 //
 // Device-only and NVRTC-compatible; compiled to sm_70 by nvcc 11.8 and NVRTC 12.8 and
 // checked by scripts/sass_audit.py (see test/sm70/CMakeLists.txt). The decode kernels must
@@ -18,3 +18,4 @@ template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvTyp
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kFp16, 2>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::combine_kernel<256, vxqa::ActType::kFp16, 16>(const vxqa::DecodeKernelArgs);
