@@ -237,6 +237,14 @@ TEST_CASE("plan_workspace_bytes: error word, padded partial LSE and chunk error 
         }
 }
 
+TEST_CASE("combine_slice_dims: 64-dim slices up to 32 chunks, 16-dim ones past it", "[config]") {
+  for (int chunks : {2, 4, 17, 31, 32}) CHECK(vxqa::combine_slice_dims(chunks) == 64);
+  for (int chunks : {33, 67, 256, 4096}) CHECK(vxqa::combine_slice_dims(chunks) == 16);
+  static_assert(vxqa::combine_slice_dims(vxqa::kCombineNarrowAbove) == 64, "the threshold itself stays wide");
+  // Every head dim the kernels take is a whole number of slices of either width.
+  for (int d : {64, 128, 256}) CHECK(d % vxqa::combine_slice_dims(2) == 0);
+}
+
 TEST_CASE("choose_chunk_tokens: min_multiple keeps chunks at least that many CTA rounds", "[config]") {
   // B1 x 64K, one KV head, 264 CTAs wanted: 128-token chunks alone, 256 with a minimum of 2.
   CHECK(vxqa::choose_chunk_tokens(1, 65536, 1, 128, 264) == 128);

@@ -19,6 +19,7 @@
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/kernel/split_plan.cuh>
 #include <vxqa/numeric/act_type.cuh>
 #include <vxqa/softmax/online_softmax.cuh>
 
@@ -49,12 +50,6 @@ struct CombineShape {
   static_assert(kSliceDims == 16 || kSliceDims == 64, "CombineShape: slices of 16 or 64 dims");
   static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of the slice");
 };
-
-// A plan's slice width: 64 dims (4 streams a CTA) up to kCombineNarrowAbove chunks; past
-// it 16 dims, 16 streams and 4x the CTAs, so that a long sequence's chunks are read by more
-// threads at once (each stream's loads wait on one another in kUnroll-sized groups).
-inline constexpr int kCombineNarrowAbove = 32;
-VXQA_HD constexpr int combine_slice_dims(int num_chunks) { return num_chunks > kCombineNarrowAbove ? 16 : 64; }
 
 template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {

@@ -39,6 +39,14 @@ VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, 
   return workspace_layout(max_batch, q_heads, num_chunks, head_dim).bytes;
 }
 
+// The combine's slice width for a plan (kernel/combine_kernel.cuh): 64 dims (4 chunk
+// streams a CTA) up to kCombineNarrowAbove chunks; past it 16 dims, 16 streams and 4x the
+// CTAs, so that a long sequence's chunks are read by more threads at once (each stream's
+// loads wait on one another in groups of 4). Measured in docs/performance.md: 16-dim slices
+// win at 256 chunks, tie at 67, lose at 17 and fewer.
+inline constexpr int kCombineNarrowAbove = 32;
+VXQA_HD constexpr int combine_slice_dims(int num_chunks) { return num_chunks > kCombineNarrowAbove ? 16 : 64; }
+
 // The kernels compute a chunk's end as begin + chunk_tokens in int, with begin below
 // max_context: that must not wrap.
 VXQA_HD bool chunk_end_fits(int max_context, int chunk_tokens) {
