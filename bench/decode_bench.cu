@@ -80,9 +80,10 @@ std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
   return v;
 }
 
-// A decode step's launches as decode() makes them, any of them left out: where a step's
-// fixed costs lie (--breakdown). No checks beyond the launches' own: decode() validated
-// these parameters before.
+// The pieces a decode step can be made of, each launched plainly or left out: where a step's
+// fixed costs lie (--breakdown). The decode kernel is never a dependent launch here and the
+// memset is optional (decode() makes it only for one-chunk plans). No checks beyond the
+// launches' own: decode() validated these parameters before.
 enum StepPart : unsigned { kMemset = 1, kDecodeKernel = 2, kCombine = 4, kEmptyKernel = 8, kCombine16 = 16, kCombine64 = 32 };
 
 __global__ void empty_kernel() {}

@@ -178,7 +178,7 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   const Status body = decode_smem_bytes<Config>(&smem_bytes, nullptr, &pdl);
   if (!body.ok()) return body;
   const bool split = plan.num_chunks > 1;
-  if (!split) {  // with several chunks the decode kernel zeroes the word (make_decode_args)
+  if (!split) {  // with several chunks the decode kernel zeroes the word itself
     const cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
     if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
   }
