@@ -4,8 +4,7 @@
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --breakdown |
 //                 --profile [--shape N]]
-// --experiment times every shape with the SM80 path's L2 prefetch distance forced (off, 1, the
-// default, 4 tiles) instead;
+// --experiment times the default atom over chunk sizes, warps and stages instead;
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
@@ -41,11 +40,6 @@ using E5m2Sm70 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::Con
 using E5m2Sm70Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish,
                                            vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kSm70>;
 
-// The default atom with its L2 prefetch distance forced (--experiment).
-template <int D, int Tiles>
-using Prefetch = vxqa::DecodeConfig<D, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume, vxqa::PageIdCheck::kOn,
-                                    vxqa::MmaAtom::kAuto, 0, vxqa::ActType::kFp16, Tiles>;
-
 template <class Config>
 std::string config_name() {
   if (Config::kAtom == vxqa::MmaAtom::kSm70)
@@ -53,6 +47,12 @@ std::string config_name() {
   std::string name = Config::kChecksPageIds ? "default atom" : "default atom, ids unchecked";
   if (Config::kWarps != 4) name += ", " + std::to_string(Config::kWarps) + " warps";
   return name;
+}
+
+// The experiment's rows also name the SM80 path's stages.
+template <class Config>
+std::string experiment_name() {
+  return std::to_string(Config::kWarps) + " warps, " + std::to_string(Config::kSm80Stages) + " stages";
 }
 
 struct Shape {
@@ -329,19 +329,22 @@ int main(int argc, char** argv) {
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
   std::vector<AppendResult> appends;
-  if (mode == "experiment") {  // the SM80 path's L2 prefetch distance (sm_90), every shape
-    using D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
-    const Shape d128{"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true};
-    auto distances = [&](auto config, auto d128_config, const char* name) {
-      using C = decltype(config);
-      for (const Shape& s : shapes) results.push_back(run_shape<C>(s, stream, sms, l2, copy, 0, name));
-      results.push_back(run_shape<decltype(d128_config)>(d128, stream, sms, l2, copy, 0, name));
-    };
-    distances(Prefetch<256, 0>(), Prefetch<128, 0>(), "L2 prefetch off");
-    distances(Prefetch<256, 1>(), Prefetch<128, 1>(), "L2 prefetch 1 tile ahead");
-    distances(E5m2(), D128(), ("L2 prefetch " + std::to_string(E5m2::kSm80L2PrefetchTiles) + " tiles ahead (default)").c_str());
-    distances(Prefetch<256, 4>(), Prefetch<128, 4>(), "L2 prefetch 4 tiles ahead");
-    results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, 128, "default, 128-token chunks"));
+  if (mode == "experiment") {  // chunk sizes, warps per CTA and stages of the default atom
+    using W4S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
+                                    vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
+    using W2S4 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2>;
+    using W2S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kConsume,
+                                    vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
+    using W8S2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 8>;
+    for (int c : {0, 768, 1152, 1536}) results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, c, experiment_name<E5m2>()));
+    for (int c : {0, 768, 1152}) results.push_back(run_shape<W4S2>(shapes[0], stream, sms, l2, copy, c, experiment_name<W4S2>()));
+    for (int c : {0, 384, 640}) results.push_back(run_shape<W2S4>(shapes[0], stream, sms, l2, copy, c, experiment_name<W2S4>()));
+    for (int c : {0, 256, 384}) results.push_back(run_shape<W2S2>(shapes[0], stream, sms, l2, copy, c, experiment_name<W2S2>()));
+    for (int c : {0, 2304}) results.push_back(run_shape<W8S2>(shapes[0], stream, sms, l2, copy, c, experiment_name<W8S2>()));
+    for (int c : {0, 256, 512, 1024}) results.push_back(run_shape<E5m2>(shapes[2], stream, sms, l2, copy, c, experiment_name<E5m2>()));
+    for (int c : {0, 256}) results.push_back(run_shape<W2S2>(shapes[2], stream, sms, l2, copy, c, experiment_name<W2S2>()));
+    for (int c : {0, 128, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c, experiment_name<E5m2>()));
+    for (int c : {0, 128}) results.push_back(run_shape<W2S2>(shapes[3], stream, sms, l2, copy, c, experiment_name<W2S2>()));
   } else if (mode == "contexts") {  // % of copy against context length, batch 1 and 16
     static std::list<std::string> names;  // Shape keeps a pointer to its name
     for (int batch : {1, 16})

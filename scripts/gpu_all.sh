@@ -7,7 +7,7 @@
 #   memcheck.log racecheck.log synccheck.log (and *_sm70.log)   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
-#   experiment.json experiment.log       the benchmark over L2 prefetch distances (step
+#   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); ncu.log, ncu-source.log the seed shape's
 #                                        kernels profiled ("ncu"); contexts.json ("contexts");
 #                                        breakdown.log, parts of a step timed alone ("breakdown")

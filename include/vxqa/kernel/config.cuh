@@ -59,19 +59,12 @@ enum class MmaAtom { kAuto, kSm70 };
 inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
 inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
 
-// How many tiles ahead of its cp.async copies a warp of the SM80 path asks L2 for a tile
-// (sm_90: arch/prefetch_l2.cuh), when a Config says -1.
-inline constexpr int kSm80AutoL2PrefetchTiles = 2;
-
 // AsyncStages: the SM80 path's cp.async stages a warp (0: as many, 2..4, as keep the CTA
 // within kSm80CtaSmemTarget). Qo: the type of q and out (DecodeParams::qo_type must say
-// the same); bf16 q becomes fp16 where it is loaded, on every atom. L2PrefetchTiles: how
-// far ahead of its copies the SM80 path prefetches tiles into L2 on sm_90 (0: never, -1:
-// kSm80AutoL2PrefetchTiles).
+// the same); bf16 q becomes fp16 where it is loaded, on every atom.
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
           ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
-          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16,
-          int L2PrefetchTiles = -1>
+          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -161,10 +154,6 @@ struct DecodeConfig {
                 "DecodeConfig: the SM80 path's two stages a warp need more than 227 KB; use "
                 "fewer Warps");
   static_assert(kSm80StageBytes % 16 == 0, "DecodeConfig: SM80 stages must stay aligned");
-  static_assert(L2PrefetchTiles >= -1 && L2PrefetchTiles <= 8,
-                "DecodeConfig: L2PrefetchTiles is -1 (auto), 0 (off) or 1..8 tiles");
-  static constexpr int kL2PrefetchTiles = L2PrefetchTiles;
-  static constexpr int kSm80L2PrefetchTiles = L2PrefetchTiles < 0 ? kSm80AutoL2PrefetchTiles : L2PrefetchTiles;
 };
 
 }  // namespace vxqa

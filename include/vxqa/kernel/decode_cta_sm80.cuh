@@ -10,7 +10,6 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/cp_async.cuh>
-#include <vxqa/arch/prefetch_l2.cuh>
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
@@ -37,10 +36,6 @@ struct DecodeCtaSm80 {
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kStages = Config::kSm80Stages;
   static constexpr int kMTiles = Pv::kMTiles;
-  // Tiles a warp asks L2 for ahead of their copies (sm_90 only), and how far ahead of its
-  // copies a tile's block-table id is looked up.
-  static constexpr int kL2Prefetch = VXQA_HAS_L2_PREFETCH ? Config::kSm80L2PrefetchTiles : 0;
-  static constexpr int kAhead = kL2Prefetch > 0 ? kL2Prefetch : 1;
 
   // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
   // order ([m-tile][element][lane], so the stores are conflict-free), then m and l of 8 heads.
@@ -148,35 +143,15 @@ struct DecodeCtaSm80 {
       arch::cp_async_commit();
     };
 
-    auto prefetch = [&](int j, int64_t offset) {  // tile j into L2, ahead of its copies
-      if constexpr (kL2Prefetch > 0) {
-        if (j >= tiles.count) return;
-        if constexpr (kOnePage) {
-          Load::prefetch_one_page(k_base + offset, v_base + offset, seq.token_bytes(), tiles.valid_rows(j));
-        } else {
-          Load::prefetch(k_base, v_base, offset, tiles.valid_rows(j));
-        }
-      }
-    };
-
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) issue(j, offset_of(j), j);
-    // The block-table lookups run kAhead tiles before the tiles' copies are issued: one
-    // iteration, so that the lookup's latency is hidden, or the prefetch distance.
-    int64_t ahead[kAhead];  // offsets of tiles j + S - 1 .. j + S - 2 + kAhead
-#pragma unroll
-    for (int i = 0; i < kAhead; ++i) {
-      ahead[i] = offset_of(kStages - 1 + i);
-      prefetch(kStages - 1 + i, ahead[i]);
-    }
+    // The block-table lookup of a tile is done one iteration before its copies are issued.
+    int64_t offset_ahead = offset_of(kStages - 1);
     int use = 0, fill = kStages - 1;  // stages of tile j and of tile j + S - 1
     for (int j = 0; j < tiles.count; ++j) {
       __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
-      issue(j + kStages - 1, ahead[0], fill);
-#pragma unroll
-      for (int i = 0; i + 1 < kAhead; ++i) ahead[i] = ahead[i + 1];
-      ahead[kAhead - 1] = offset_of(j + kStages - 1 + kAhead);
-      prefetch(j + kStages - 1 + kAhead, ahead[kAhead - 1]);
+      issue(j + kStages - 1, offset_ahead, fill);
+      offset_ahead = offset_of(j + kStages);
       arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
       __syncwarp();                        // ... and every lane's
 

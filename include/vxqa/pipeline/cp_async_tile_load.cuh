@@ -2,11 +2,9 @@
 // V rows of a 16-token tile straight into its own shared-memory stage with 16-byte
 // cp.async (no registers held while the copy is in flight), Stages tiles deep. Rows past
 // the tile's valid ones are zero-filled without reading memory, so a NaN there never
-// reaches P·V. On sm_90 a tile can also be asked into L2 ahead of its copies (prefetch*):
-// valid rows only. The only SM80 piece that touches global KV memory.
+// reaches P·V. The only SM80 piece that touches global KV memory.
 #pragma once
 #include <vxqa/arch/cp_async.cuh>
-#include <vxqa/arch/prefetch_l2.cuh>
 #include <vxqa/common.cuh>
 
 namespace vxqa {
@@ -76,40 +74,6 @@ struct CpAsyncTileLoad {
       arch::cp_async_16_or_zero(kd, k + i * step, i * R < rows_left);
       arch::cp_async_16_or_zero(v_dst + i * R * VLayout::kPitch, v + i * step, i * R < rows_left);
     }
-  }
-#endif
-
-#if VXQA_IS_CUDA_COMPILER && VXQA_HAS_L2_PREFETCH
-  static constexpr int kLinesPerRow = (Geometry::kRowBytes + 127) / 128;
-
-  // Asks L2 for the valid rows of a tile that lies in one page (arguments as issue_one_page).
-  // Rows one after another (one KV head a token) are one bulk request each for K and V;
-  // strided rows are a line request per lane (lanes 0..15 K rows, 16..31 V rows).
-  VXQA_DEVICE static void prefetch_one_page(const uint8_t* k_row0, const uint8_t* v_row0, int64_t row_bytes,
-                                            int valid_rows) {
-    const int lane = threadIdx.x & 31;
-    if (row_bytes == Geometry::kRowBytes) {
-      if (lane == 0) {
-        arch::prefetch_l2_bulk(k_row0, uint32_t(valid_rows * Geometry::kRowBytes));
-        arch::prefetch_l2_bulk(v_row0, uint32_t(valid_rows * Geometry::kRowBytes));
-      }
-      return;
-    }
-    const int row = lane & 15;
-    if (row < valid_rows) prefetch_row((lane < 16 ? k_row0 : v_row0) + row * row_bytes);
-  }
-
-  // The same for a tile whose rows may lie in two pages (arguments as issue).
-  VXQA_DEVICE static void prefetch(const uint8_t* k_base, const uint8_t* v_base, int64_t lane_row_offset,
-                                   int valid_rows) {
-    const int lane = threadIdx.x & 31, row = lane & 15;
-    const int64_t offset = __shfl_sync(0xffffffffu, lane_row_offset, row);
-    if (row < valid_rows) prefetch_row((lane < 16 ? k_base : v_base) + offset);
-  }
-
-  VXQA_DEVICE static void prefetch_row(const uint8_t* row) {
-#pragma unroll
-    for (int i = 0; i < kLinesPerRow; ++i) arch::prefetch_l2_line(row + 128 * i);
   }
 #endif
 };
