@@ -8,7 +8,7 @@
 // no stack): registers and shared memory are printed in the audit table.
 //
 // vxqa-audit: kernel=decode_kernel toolchain=^(cu118|nvrtc128)$ require=HMMA.884,LDG.E.128,LDS.128,STS.128 forbid=LDL,STL,LDGSTS max-registers=255
-// vxqa-audit: kernel=decode_kernel toolchain=sm(80|90) require=HMMA.16816,LDGSTS,MOVM forbid=LDL,STL,HMMA.884 max-registers=255
+// vxqa-audit: kernel=decode_kernel toolchain=sm(80|90) require=HMMA.16816,LDGSTS,LDS.128,MOVM forbid=LDL,STL,HMMA.884 max-registers=255
 // vxqa-audit: kernel=combine_kernel forbid=LDL,STL max-registers=64
 #include <vxqa/kernel/combine_kernel.cuh>
 #include <vxqa/kernel/decode_kernel.cuh>

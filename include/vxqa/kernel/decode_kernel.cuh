@@ -225,13 +225,12 @@ struct DecodeCta {
 // the compiler fits them without spilling: CUDA 12 and newer (11.8's ptxas spills 12-16
 // bytes on sm_90; there the kernel keeps its natural registers and fewer CTAs an SM).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
-#define VXQA_DECODE_LAUNCH_BOUNDS(Config) \
-  __launch_bounds__(Config::kThreads, Config::kHasSm80Path ? Config::kSm80MinCtasPerSm : 1)
-#else  // the SM70 body's bounds as they always were (an explicit minimum of 1 changes its registers)
-#define VXQA_DECODE_LAUNCH_BOUNDS(Config) __launch_bounds__(Config::kThreads)
+#define VXQA_DECODE_MIN_CTAS_PER_SM(Config) (Config::kHasSm80Path ? Config::kSm80MinCtasPerSm : 1)
+#else
+#define VXQA_DECODE_MIN_CTAS_PER_SM(Config) 1
 #endif
 template <class Config>
-__global__ void VXQA_DECODE_LAUNCH_BOUNDS(Config)
+__global__ void __launch_bounds__(Config::kThreads, VXQA_DECODE_MIN_CTAS_PER_SM(Config))
     decode_kernel(const DecodeKernelArgs args) {
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
   // On sm_90 decode() launches this kernel as the previous kernel's programmatic dependent:
