@@ -85,32 +85,6 @@ static_assert(check_config<DecodeConfig<256, KvType::kFp16, 5, 1>, 256, KvType::
 static_assert(DecodeConfig<256, KvType::kFp16>::kPiecesPerTile == 2, "D256 fp16: two 16-token pieces");
 static_assert(DecodeConfig<128, KvType::kFp16>::kPiecesPerTile == 1, "D128 fp16: 8 KB tile, one piece");
 
-// The SM80 path's K: in registers where a 16-token K tile is at most 128 bytes a lane; then
-// a stage holds V alone (16 rows of D·E + 16 bytes), Q's fragments (D / 16 k-steps x 32
-// lanes x 8 bytes) follow the warps, and the launch bounds ask for 12 warps an SM.
-template <class C, bool kInRegisters, int kStagesWant, int kSmemWant, int kMinCtas>
-constexpr bool check_sm80() {
-  constexpr int v_tile = 16 * (C::kHeadDim * C::kElemBytes + 16);
-  constexpr int k_tile = 16 * C::kHeadDim * C::kElemBytes;
-  static_assert(C::kSm80KInRegisters == kInRegisters, "K path");
-  static_assert(C::kSm80StageBytes == (kInRegisters ? 0 : k_tile) + v_tile, "stage = [K tile |] V tile");
-  static_assert(C::kSm80QBytes == (kInRegisters ? C::kHeadDim / 16 * 32 * 8 : 0), "Q fragments");
-  static_assert(C::kSm80Stages == kStagesWant, "stages");
-  static_assert(C::kSm80SmemBytes == C::kWarps * C::kSm80Stages * C::kSm80StageBytes + C::kSm80QBytes, "the map");
-  static_assert(C::kSm80SmemBytes == kSmemWant, "the number worked out by hand");
-  static_assert(C::kSm80MinCtasPerSm == kMinCtas, "CTAs an SM the launch bounds ask for");
-  static_assert(C::kSm80MinCtasPerSm * (C::kSm80SmemBytes + 1024) <= vxqa::kSm90SmemPerSm, "they fit an sm_90 SM");
-  return true;
-}
-//                                                               regs  S   smem    CTAs
-static_assert(check_sm80<DecodeConfig<256, KvType::kE5M2>,        true, 3, 56320, 3>(), "4 x 3 x 4352 + 4096");
-static_assert(check_sm80<DecodeConfig<128, KvType::kE5M2>,        true, 3, 29696, 3>(), "4 x 3 x 2304 + 2048");
-static_assert(check_sm80<DecodeConfig<128, KvType::kFp16, 2>,     true, 3, 28160, 6>(), "2 x 3 x 4352 + 2048");
-static_assert(check_sm80<DecodeConfig<256, KvType::kFp16>,        false, 2, 133120, 1>(), "4 x 2 x (8192 + 8448)");
-static_assert(check_sm80<DecodeConfig<256, KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume, vxqa::PageIdCheck::kOn,
-                                      vxqa::MmaAtom::kAuto, 0, vxqa::ActType::kFp16, vxqa::Sm80KPath::kStaged>,
-                         false, 3, 101376, 1>(), "K staged: 4 x 3 x (4096 + 4352)");
-
 // ---------------------------------------------------------------------------------------
 // choose_chunk_tokens
 // ---------------------------------------------------------------------------------------

@@ -58,37 +58,13 @@ __global__ void atom_kernel(const uint16_t* a, const uint16_t* b, const float* c
 // =========================================================================================
 // QK: Sᵀ[token][head] of a 16-token tile.
 // =========================================================================================
-// kFromRegisters: K words straight from global memory into KRegisters and Q's fragments in
-// shared memory (the refill after each chunk read writes NaN codes into the words it is
-// given: they must be the ones already used).
-template <class G, bool kFromRegisters>
+template <class G>
 __global__ void sm80_qk_kernel(const uint16_t* q, const uint8_t* k, float* s_out) {
 #if VXQA_HAS_MMA_M16N8K16
   using Qk = vxqa::mma::Sm80QkConsumer<G>;
   using Layout = typename Qk::Layout;
   __shared__ __align__(16) uint8_t k_tile[Layout::kBytes];
-  __shared__ __align__(16) uint8_t q_smem[Qk::QSmemLayout::kBytes];
   const int lane = threadIdx.x;
-  if constexpr (kFromRegisters) {
-    typename Qk::KRegisters regs;
-    const int row = frag::group(lane);
-    for (int g = 0; g < Qk::kChunkReads; ++g) {
-      regs.lo[g] = *reinterpret_cast<const uint4*>(k + row * G::kRowBytes + 16 * Qk::k_chunk(lane, g));
-      regs.hi[g] = *reinterpret_cast<const uint4*>(k + (row + 8) * G::kRowBytes + 16 * Qk::k_chunk(lane, g));
-    }
-    poison_smem(q_smem, Qk::QSmemLayout::kBytes);
-    __syncwarp();
-    for (int i = lane; i < Qk::kSteps * 32; i += 32) {
-      const int step = i / 32, l = i % 32;
-      *reinterpret_cast<uint2*>(q_smem + Qk::QSmemLayout::offset(step, l)) = Qk::template q_entry<vxqa::ActType::kFp16>(
-          q + frag::group(l) * G::kHeadDimV, step, frag::thread_in_group(l));
-    }
-    __syncwarp();
-    float s[4];
-    Qk::run(regs, q_smem, s, [](int, uint4& lo, uint4& hi) { lo = hi = make_uint4(~0u, ~0u, ~0u, ~0u); });
-    for (int e = 0; e < 4; ++e) s_out[frag::c_row(lane, e) * 8 + frag::c_col(lane, e)] = s[e];
-    return;
-  }
   poison_smem(k_tile, Layout::kBytes);
   __syncwarp();
   for (int i = lane; i < G::kTokens * G::kChunksPerRow; i += 32) {
@@ -135,11 +111,10 @@ __global__ void sm80_pv_kernel(const uint8_t* v, const uint16_t* p, const float*
 #endif
 }
 
-template <int D, vxqa::KvType Kv, bool kFromRegisters = false>
+template <int D, vxqa::KvType Kv>
 void check_qk(uint64_t seed) {
   using G = Geometry<D, Kv>;
-  INFO("Sm80QkConsumer D " << D << (G::kElemBytesV == 1 ? " E5M2" : " fp16") << (kFromRegisters ? ", K in registers" : "")
-                           << " seed " << seed);
+  INFO("Sm80QkConsumer D " << D << (G::kElemBytesV == 1 ? " E5M2" : " fp16") << " seed " << seed);
   Rng rng(seed);
   std::vector<uint16_t> q(8 * D);
   for (uint16_t& x : q) x = fp16_from_double(rng.uniform(-2, 2));
@@ -150,7 +125,7 @@ void check_qk(uint64_t seed) {
   dq.upload(q);
   dk.upload(k.bytes);
   ds.poison();
-  sm80_qk_kernel<G, kFromRegisters><<<1, 32>>>(dq.get(), dk.get(), ds.get());
+  sm80_qk_kernel<G><<<1, 32>>>(dq.get(), dk.get(), ds.get());
   VXQA_CUDA_CHECK_LAUNCH();
   const std::vector<float> s = ds.download();
   // Products of fp16 values are exact in fp32; the error is the fp32 accumulation (see the
@@ -247,15 +222,6 @@ TEST_CASE("Sm80QkConsumer: S^T = K Q^T of a 16-token tile through its K layout",
   check_qk<64, vxqa::KvType::kFp16>(313);
   check_qk<128, vxqa::KvType::kFp16>(314);
   check_qk<256, vxqa::KvType::kFp16>(315);
-}
-
-TEST_CASE("Sm80QkConsumer: the same product from K in registers and Q in shared memory", "[pieces_sm80]") {
-  if (!device_has_sm80()) return;
-  check_qk<64, vxqa::KvType::kE5M2, true>(330);
-  check_qk<128, vxqa::KvType::kE5M2, true>(331);
-  check_qk<256, vxqa::KvType::kE5M2, true>(332);
-  check_qk<64, vxqa::KvType::kFp16, true>(333);
-  check_qk<128, vxqa::KvType::kFp16, true>(334);
 }
 
 TEST_CASE("Sm80PvConsumer: O^T + V^T P^T of a 16-token tile through its V layout", "[pieces_sm80]") {

@@ -146,8 +146,7 @@ Row row(const char* label, int min_ctas_per_sm) {
       ", " + std::to_string(C::kPageSize) + ", (vxqa::pipeline::ConvertAt)" +
       std::to_string(int(C::kConvertAt)) + ", (vxqa::PageIdCheck)" + std::to_string(C::kChecksPageIds ? 0 : 1) +
       ", (vxqa::MmaAtom)" + std::to_string(int(C::kAtom)) + ", " + std::to_string(C::kAsyncStages) +
-      ", (vxqa::ActType)" + std::to_string(int(C::kQo)) + ", (vxqa::Sm80KPath)" + std::to_string(int(C::kKPath)) +
-      "> >(";
+      ", (vxqa::ActType)" + std::to_string(int(C::kQo)) + "> >(";
   return Row{label, kernel, C::kThreads, C::kSmemBytes, min_ctas_per_sm};
 }
 

@@ -149,9 +149,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
     if (err != cudaSuccess)
       return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
-    // K in registers: the launch bounds keep kSm80MinCtasPerSm CTAs an SM resident.
-    const int cap = Config::kSm80KInRegisters ? Config::kSm80MinCtasPerSm : kSm80PlanCtasPerSm;
-    resident = resident < 1 ? 1 : resident > cap ? cap : resident;
+    resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
   }
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident,
                                   sm80_body ? kSm80PlanMinChunkRounds : 1);

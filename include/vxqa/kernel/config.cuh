@@ -54,30 +54,17 @@ enum class MmaAtom { kAuto, kSm70 };
 #define VXQA_DEFAULT_MMA_ATOM ::vxqa::MmaAtom::kAuto
 #endif
 
-// Shared memory one CTA of the SM80 path may take with K staged: two CTAs of that size fit
-// the 228 KB of an sm_90 SM (1 KB of each reserved), so the next chunk's CTA streams while
-// one finishes.
+// Shared memory one CTA of the SM80 path may take: two CTAs of that size fit the 228 KB of
+// an sm_90 SM (1 KB of each reserved), so the next chunk's CTA streams while one finishes.
 inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
 inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
-inline constexpr int kSm90SmemPerSm = 228 * 1024;
-// With K in registers the SM80 path aims at 12 warps an SM (registers: 168 a lane).
-inline constexpr int kSm80RegisterKWarpsPerSm = 12;
-
-// How the SM80 path brings K to its QK MMAs:
-//   kAuto    straight from global memory into the registers of the A fragments, one tile
-//            ahead, where a tile's K is at most 128 bytes a lane (E5M2; fp16 up to D 128),
-//            with Q's fragments in shared memory and V alone in the cp.async stages; else
-//            as kStaged.
-//   kStaged  through the warp's cp.async stages beside V, Q's fragments in registers.
-enum class Sm80KPath { kAuto, kStaged };
 
 // AsyncStages: the SM80 path's cp.async stages a warp (0: as many, 2..4, as keep the CTA
 // within kSm80CtaSmemTarget). Qo: the type of q and out (DecodeParams::qo_type must say
-// the same); bf16 q becomes fp16 where it is loaded, on every atom. KPath: Sm80KPath.
+// the same); bf16 q becomes fp16 where it is loaded, on every atom.
 template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
           ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
-          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16,
-          Sm80KPath KPath = Sm80KPath::kAuto>
+          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16>
 struct DecodeConfig {
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -147,35 +134,22 @@ struct DecodeConfig {
   static_assert(kWarpBytes % 16 == 0 && kQBytes % 16 == 0, "DecodeConfig: areas must stay aligned");
 
   // The SM80+ path (kAuto where compiled for sm_80 and newer): warp-private rings of
-  // kSm80Stages 16-token stages ([V tile], or [K tile | V tile] with K staged), as many
-  // stages (2..4) as keep the CTA within its target, or AsyncStages. With K in registers the
-  // target is an even share of an sm_90 SM among the CTAs of kSm80RegisterKWarpsPerSm warps
-  // (kSm80MinCtasPerSm, which the kernel's launch bounds ask for), else kSm80CtaSmemTarget.
-  // `Stages` and `ConvertAt` are SM70 knobs.
+  // kSm80Stages 16-token stages [K tile | V tile], as many stages (2..4) as keep the CTA
+  // within kSm80CtaSmemTarget, or AsyncStages. `Stages` and `ConvertAt` are SM70 knobs.
   static constexpr MmaAtom kAtom = Atom;
   static constexpr bool kHasSm80Path = Atom == MmaAtom::kAuto;
   using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, kElemBytes>;
-  static constexpr Sm80KPath kKPath = KPath;
-  static constexpr bool kSm80KInRegisters =
-      KPath == Sm80KPath::kAuto && Sm80Geometry::kRowBytes * Sm80Geometry::kTokens / 32 <= 128;
-  static constexpr int kSm80StageBytes = (kSm80KInRegisters ? 0 : mma::Sm80KTileLayout<Sm80Geometry>::kBytes) +
+  static constexpr int kSm80StageBytes = mma::Sm80KTileLayout<Sm80Geometry>::kBytes +
                                          mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
-  static constexpr int kSm80QBytes =
-      kSm80KInRegisters ? mma::Sm80QkConsumer<Sm80Geometry>::QSmemLayout::kBytes : 0;
-  static constexpr int kSm80MinCtasPerSm =
-      !kSm80KInRegisters || kSm80RegisterKWarpsPerSm / Warps < 1 ? 1 : kSm80RegisterKWarpsPerSm / Warps;
-  static constexpr int kSm80CtaTarget =
-      kSm80KInRegisters ? (kSm90SmemPerSm - kSm80MinCtasPerSm * 1024) / kSm80MinCtasPerSm : kSm80CtaSmemTarget;
   static_assert(AsyncStages == 0 || (AsyncStages >= 2 && AsyncStages <= 8),
                 "DecodeConfig: AsyncStages is 0 (auto) or 2..8");
   static constexpr int kAsyncStages = AsyncStages;
-  static constexpr int kSm80Stages = AsyncStages ? AsyncStages
-                                     : !kSm80KInRegisters && Warps * 4 * kSm80StageBytes + kSm80QBytes <= kSm80CtaTarget ? 4
-                                     : Warps * 3 * kSm80StageBytes + kSm80QBytes <= kSm80CtaTarget ? 3
-                                                                                                     : 2;
-  // Per warp its ring of stages (reused by the merge); after the warps, Q (K in registers).
+  static constexpr int kSm80Stages = AsyncStages                                         ? AsyncStages
+                                     : Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget ? 4
+                                     : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
+                                                                                         : 2;
   static constexpr int kSm80WarpBytes = kSm80Stages * kSm80StageBytes;
-  static constexpr int kSm80SmemBytes = Warps * kSm80WarpBytes + kSm80QBytes;
+  static constexpr int kSm80SmemBytes = Warps * kSm80WarpBytes;
   static_assert(!kHasSm80Path || kSm80SmemBytes <= kSm80MaxSmemBytes,
                 "DecodeConfig: the SM80 path's two stages a warp need more than 227 KB; use "
                 "fewer Warps");

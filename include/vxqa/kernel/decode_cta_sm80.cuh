@@ -6,14 +6,10 @@
 // (split chunk, KV head x M tile of 8 heads, sequence); its warps take the chunk's 16-token
 // tiles in turn, each through its own Stages-deep ring of shared-memory stages (so the main
 // loop has no CTA-wide barrier, only __syncwarp), and the warps merge (m, l, O) once at the
-// end. K takes one of two paths (Config::kSm80KInRegisters): straight from global memory
-// into each lane's A-fragment registers one tile ahead, Q's fragments then in shared memory,
-// so a stage holds V alone and more warps fit an SM; or through the stages beside V, Q in
-// registers for the whole loop.
+// end. Q stays in registers for the whole loop.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/cp_async.cuh>
-#include <vxqa/arch/global_load.cuh>
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
@@ -40,12 +36,10 @@ struct DecodeCtaSm80 {
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kStages = Config::kSm80Stages;
   static constexpr int kMTiles = Pv::kMTiles;
-  static constexpr bool kKInRegisters = Config::kSm80KInRegisters;
 
-  // Per warp: kStages x [V tile] (K in registers) or [K tile | V tile]; after the loop, its
-  // merge area: O in fragment order ([m-tile][element][lane], so the stores are
-  // conflict-free), then m and l of 8 heads. Q's fragments (K in registers) follow the warps.
-  static constexpr int kVTileOffset = kKInRegisters ? 0 : Qk::Layout::kBytes;
+  // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
+  // order ([m-tile][element][lane], so the stores are conflict-free), then m and l of 8 heads.
+  static constexpr int kVTileOffset = Qk::Layout::kBytes;
   static constexpr int kMergeOBytes = kMTiles * 4 * 32 * 4;
   static_assert(kMergeOBytes + 16 * 4 <= Config::kSm80WarpBytes,
                 "DecodeCtaSm80: a warp's merge area must fit in its stages");
@@ -56,6 +50,12 @@ struct DecodeCtaSm80 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 
+    // The lane's B-fragment head is lane / 4; padded heads get Q = 0 and are not written.
+    const int head = mma::m16n8k16::group(lane);
+    const uint16_t* q_row = head < work.heads ? static_cast<const uint16_t*>(a.q) + work.seq_index * a.q_batch_stride +
+                                                    (work.q_head0 + head) * a.q_head_stride
+                                              : nullptr;
+    const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
 
     const Tiles tiles(work.begin, work.end, warp);
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
@@ -68,27 +68,16 @@ struct DecodeCtaSm80 {
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[m][e] = 0.f;
     bool bad_page = false;
-    // Q: fragments in registers, or (K in registers) in shared memory for every warp.
-    if constexpr (kKInRegisters) {
-      uint8_t* q_smem = smem + Config::kWarps * Config::kSm80WarpBytes;
-      for (int i = threadIdx.x; i < Qk::kSteps * 32; i += Config::kThreads) {
-        const int step = i / 32, l = i % 32, h = mma::m16n8k16::group(l);
-        const uint16_t* row = h < work.heads ? static_cast<const uint16_t*>(a.q) + work.seq_index * a.q_batch_stride +
-                                                   (work.q_head0 + h) * a.q_head_stride
-                                             : nullptr;
-        *reinterpret_cast<uint2*>(q_smem + Qk::QSmemLayout::offset(step, l)) =
-            Qk::template q_entry<Config::kQo>(row, step, mma::m16n8k16::thread_in_group(l));
+    if (tiles.count > 0) {
+      // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
+      // lies in one page: one block-table id a tile, and strided copies.
+      if constexpr (Config::kPageSize != 0) {
+        stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
+      } else if (a.page_size % Geometry::kTokens == 0) {
+        stream<true>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
+      } else {
+        stream<false>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
       }
-      __syncthreads();
-      stream_pages(a, work, tiles, seq, static_cast<const uint8_t*>(q_smem), warp_area, st, o, bad_page);
-    } else {
-      // The lane's B-fragment head is lane / 4; padded heads get Q = 0 and are not written.
-      const int head = mma::m16n8k16::group(lane);
-      const uint16_t* q_row = head < work.heads ? static_cast<const uint16_t*>(a.q) + work.seq_index * a.q_batch_stride +
-                                                      (work.q_head0 + head) * a.q_head_stride
-                                                : nullptr;
-      const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
-      stream_pages(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
     }
     arch::launch_dependents();  // the combine may start launching: it waits for our partials
     arch::cp_async_wait<0>();  // nothing in flight into the stages the merge reuses
@@ -115,30 +104,12 @@ struct DecodeCtaSm80 {
     merge_and_write(a, smem, work, cta_bad_page);
   }
 
-  // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile lies
-  // in one page: one block-table id a tile, and strided copies.
-  template <class QSource>
-  VXQA_DEVICE static void stream_pages(const DecodeKernelArgs& a, const CtaWork& work, const Tiles& tiles,
-                                       const Sequence& seq, const QSource& q, uint8_t* warp_area,
-                                       softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page) {
-    if (tiles.count == 0) return;
-    if constexpr (Config::kPageSize != 0) {
-      stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, q, warp_area, st, o, bad_page);
-    } else if (a.page_size % Geometry::kTokens == 0) {
-      stream<true>(a, work, tiles, seq, q, warp_area, st, o, bad_page);
-    } else {
-      stream<false>(a, work, tiles, seq, q, warp_area, st, o, bad_page);
-    }
-  }
-
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
-  // consumed (with K in registers, the next tile's K is loaded while tile j's QK runs).
-  // kOnePage: each tile lies in one page (its row 0 offset is the same on every lane); else
-  // lane r < 16 holds the offset of row r. QSource: Q's fragments (K staged) or the shared
-  // memory that holds them (K in registers).
-  template <bool kOnePage, class QSource>
+  // consumed. kOnePage: each tile lies in one page (its row 0 offset is the same on every
+  // lane); else lane r < 16 holds the offset of row r.
+  template <bool kOnePage>
   VXQA_DEVICE static void stream(const DecodeKernelArgs& a, const CtaWork& work, const Tiles& tiles, const Sequence& seq,
-                                 const QSource& q, uint8_t* warp_area, softmax::HeadPairState& st,
+                                 const typename Qk::QFragments& qf, uint8_t* warp_area, softmax::HeadPairState& st,
                                  float (&o)[kMTiles][4], bool& bad_page) {
     const int lane = threadIdx.x & 31;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
@@ -158,74 +129,34 @@ struct DecodeCtaSm80 {
     };
     const float qk_scale = qk_scale_log2_of(a);
     auto stage = [&](int slot) { return warp_area + slot * Config::kSm80StageBytes; };
+    auto next = [](int slot) { return slot + 1 == kStages ? 0 : slot + 1; };
     auto issue = [&](int j, int64_t offset, int slot) {  // one commit group per tile, empty past the end
       if (j < tiles.count) {
-        uint8_t* tile = stage(slot);
+        uint8_t* k_tile = stage(slot);
         if constexpr (kOnePage) {
-          Load::template issue_one_page<!kKInRegisters>(k_base + offset, v_base + offset, seq.token_bytes(),
-                                                        tiles.valid_rows(j), tile, tile + kVTileOffset);
+          Load::issue_one_page(k_base + offset, v_base + offset, seq.token_bytes(), tiles.valid_rows(j), k_tile,
+                               k_tile + kVTileOffset);
         } else {
-          Load::template issue<!kKInRegisters>(k_base, v_base, offset, tiles.valid_rows(j), tile, tile + kVTileOffset);
+          Load::issue(k_base, v_base, offset, tiles.valid_rows(j), k_tile, k_tile + kVTileOffset);
         }
       }
       arch::cp_async_commit();
     };
-    // K in registers: the lane's rows of tile j (group(lane) and + 8), read where valid.
-    struct KRows {
-      const uint8_t* lo;
-      int64_t hi_minus_lo;
-      bool lo_valid, hi_valid;
-    };
-    auto k_rows = [&](int j, int64_t offset) {
-      const int r = mma::m16n8k16::group(lane), valid = tiles.valid_rows(j);  // 0 past the end
-      if constexpr (kOnePage) {
-        return KRows{k_base + offset + r * seq.token_bytes(), 8 * seq.token_bytes(), r < valid, r + 8 < valid};
-      } else {  // rows may lie in two pages: each of the lane's two rows is looked up
-        int64_t lo = 0, hi = 0;
-        if (r < valid) lo = row_offset_of(seq, uint32_t(tiles.start(j) + r), a.num_pages, bad_page);
-        if (r + 8 < valid) hi = row_offset_of(seq, uint32_t(tiles.start(j) + r + 8), a.num_pages, bad_page);
-        (void)offset;
-        return KRows{k_base + lo, hi - lo, r < valid, r + 8 < valid};
-      }
-    };
-    auto load_k = [](const KRows& rows, int chunk, uint4& lo, uint4& hi) {  // rows past the end: 0, unread
-      lo = rows.lo_valid ? ldg_16(rows.lo + 16 * chunk) : make_uint4(0u, 0u, 0u, 0u);
-      hi = rows.hi_valid ? ldg_16(rows.lo + rows.hi_minus_lo + 16 * chunk) : make_uint4(0u, 0u, 0u, 0u);
-    };
 
-    // ahead[i]: the offset of tile j + 1 + i at the top of iteration j (i < S - 1); each
-    // tile's block-table lookup runs one iteration before its V copies are issued.
-    int64_t ahead[kStages];
-    const int64_t offset0 = offset_of(0);
 #pragma unroll
-    for (int i = 0; i + 1 < kStages; ++i) ahead[i] = offset_of(1 + i);
-#pragma unroll
-    for (int j = 0; j + 1 < kStages; ++j) issue(j, j == 0 ? offset0 : ahead[j - 1], j);
-    [[maybe_unused]] typename Qk::KRegisters k_regs;
-    if constexpr (kKInRegisters) {
-      const KRows rows = k_rows(0, offset0);
-#pragma unroll
-      for (int g = 0; g < Qk::kChunkReads; ++g) load_k(rows, Qk::k_chunk(lane, g), k_regs.lo[g], k_regs.hi[g]);
-    }
+    for (int j = 0; j < kStages - 1; ++j) issue(j, offset_of(j), j);
+    // The block-table lookup of a tile is done one iteration before its copies are issued.
+    int64_t offset_ahead = offset_of(kStages - 1);
+    int use = 0, fill = kStages - 1;  // stages of tile j and of tile j + S - 1
     for (int j = 0; j < tiles.count; ++j) {
       __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
-      issue(j + kStages - 1, ahead[kStages - 2], (j + kStages - 1) % kStages);
-      ahead[kStages - 1] = offset_of(j + kStages);
+      issue(j + kStages - 1, offset_ahead, fill);
+      offset_ahead = offset_of(j + kStages);
+      arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
+      __syncwarp();                        // ... and every lane's
 
       float s[4];
-      if constexpr (kKInRegisters) {
-        const KRows rows = k_rows(j + 1, ahead[0]);  // the next tile's K, into each chunk's freed registers
-        Qk::run(k_regs, q, s, [&](int g, uint4& lo, uint4& hi) { load_k(rows, Qk::k_chunk(lane, g), lo, hi); });
-        arch::cp_async_wait<kStages - 1>();  // tile j's V has landed (this lane's copies)
-        __syncwarp();                        // ... and every lane's
-      } else {
-        arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
-        __syncwarp();                        // ... and every lane's
-        Qk::run(stage(j % kStages), q, s);
-      }
-#pragma unroll
-      for (int i = 0; i + 1 < kStages; ++i) ahead[i] = ahead[i + 1];
-
+      Qk::run(stage(use), qf, s);
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
@@ -240,21 +171,10 @@ struct DecodeCtaSm80 {
 #pragma unroll
           for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
       }
-      Pv::run(stage(j % kStages) + kVTileOffset, p, o);
+      Pv::run(stage(use) + kVTileOffset, p, o);
+      use = next(use);
+      fill = next(fill);
     }
-  }
-
-  VXQA_DEVICE static int64_t row_offset_of(const Sequence& seq, uint32_t token, int num_pages, bool& bad_page) {
-    if constexpr (Config::kChecksPageIds) {
-      return seq.checked_row_offset(token, num_pages, bad_page);
-    } else {
-      return seq.row_offset(token);
-    }
-  }
-
-  VXQA_DEVICE static uint4 ldg_16(const uint8_t* p) {
-    const arch::Bytes16 b = arch::ldg_nc_16(p);
-    return make_uint4(b.w[0], b.w[1], b.w[2], b.w[3]);
   }
 
   // Element (m-tile, element, lane) of every warp's O fragments, merged by their (m, l), in

@@ -220,18 +220,9 @@ struct DecodeCta {
 
 // One kernel for every architecture: the body follows the code being compiled (sm_80+ and
 // MmaAtom::kAuto: the SM80 body), so the host must give it that body's shared memory
-// (decode_smem_bytes, from the code the device runs). The SM80 body with K in registers
-// asks for the registers of kSm80MinCtasPerSm CTAs an SM (168 a lane with 4 warps), where
-// the compiler fits them without spilling: CUDA 12 and newer (11.8's ptxas spills 12-16
-// bytes on sm_90; there the kernel keeps its natural registers and fewer CTAs an SM).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
-#define VXQA_DECODE_MIN_CTAS_PER_SM(Config) (Config::kHasSm80Path ? Config::kSm80MinCtasPerSm : 1)
-#else
-#define VXQA_DECODE_MIN_CTAS_PER_SM(Config) 1
-#endif
+// (decode_smem_bytes, from the code the device runs).
 template <class Config>
-__global__ void __launch_bounds__(Config::kThreads, VXQA_DECODE_MIN_CTAS_PER_SM(Config))
-    decode_kernel(const DecodeKernelArgs args) {
+__global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKernelArgs args) {
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
   // On sm_90 decode() launches this kernel as the previous kernel's programmatic dependent:
   // nothing is read or written before that kernel is done.

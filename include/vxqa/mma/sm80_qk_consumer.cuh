@@ -71,21 +71,8 @@ struct Sm80QkConsumer {
   struct QFragments {
     uint32_t q[kSteps][2];
   };
-  // The 16-byte chunk of its rows a lane reads in chunk read g (its rows: group(lane), + 8).
-  VXQA_HD static int k_chunk(int lane, int g) { return m16n8k16::thread_in_group(lane) + 4 * g; }
-  // Q's B fragments in shared memory, [k-step][lane], 8 bytes each (conflict-free loads).
-  struct QSmemLayout {
-    static constexpr int kBytes = kSteps * 32 * 8;
-    VXQA_HD static int offset(int step, int lane) { return (step * 32 + lane) * 8; }
-  };
 
 #if VXQA_IS_CUDA_COMPILER
-  // A lane's K words of one tile: rows group(lane) (lo) and + 8 (hi), chunks k_chunk(lane, g):
-  // what run() reads from a K tile in shared memory.
-  struct KRegisters {
-    uint4 lo[kChunkReads], hi[kChunkReads];
-  };
-
   // `q_head_row`: the lane's head row of q (fp16 or bf16 bits, D contiguous), null for a
   // padded head; bf16 becomes fp16 here.
   template <ActType kQ>
@@ -94,95 +81,49 @@ struct Sm80QkConsumer {
     QFragments f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      const uint2 v = q_entry<kQ>(q_head_row, s, t);
-      f.q[s][0] = v.x;
-      f.q[s][1] = v.y;
+      uint2 v = make_uint2(0u, 0u);
+      if (q_head_row) v = *reinterpret_cast<const uint2*>(q_head_row + dim0(s, t));
+      f.q[s][0] = detail::act2_to_half2_bits<kQ>(v.x);
+      f.q[s][1] = detail::act2_to_half2_bits<kQ>(v.y);
     }
     return f;
   }
-  // The B fragment of k-step `step` for thread-in-group t of the head whose row this is.
-  template <ActType kQ>
-  VXQA_DEVICE static uint2 q_entry(const uint16_t* q_head_row, int step, int t) {
-    uint2 v = make_uint2(0u, 0u);
-    if (q_head_row) v = *reinterpret_cast<const uint2*>(q_head_row + dim0(step, t));
-    return make_uint2(detail::act2_to_half2_bits<kQ>(v.x), detail::act2_to_half2_bits<kQ>(v.y));
-  }
+
 #if VXQA_HAS_MMA_M16N8K16
   // s[e]: Sᵀ[token c_row(lane, e)][head c_col(lane, e)] of the tile (unscaled).
   VXQA_DEVICE static void run(const uint8_t* k_tile, const QFragments& qf, float (&s)[4]) {
     const int lane = threadIdx.x & 31;
-    const int row = m16n8k16::group(lane);
+    const int row = m16n8k16::group(lane), t = m16n8k16::thread_in_group(lane);
+    // Even and odd k-steps accumulate apart: two chains of D/32 MMAs instead of one of D/16.
     float acc[2][4];
-    zero(acc);
-#pragma unroll
-    for (int g = 0; g < kChunkReads; ++g) {
-      const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row, k_chunk(lane, g)));
-      const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row + 8, k_chunk(lane, g)));
-      chunk_mmas(acc, lo, hi, g, [&](int step) { return make_uint2(qf.q[step][0], qf.q[step][1]); });
-    }
-    sum(acc, s);
-  }
-
-  // The same product from K in registers (KRegisters, loaded straight from global memory)
-  // and Q in shared memory (QSmemLayout). Once chunk read g's MMAs are issued, its
-  // registers are free: `refill(g, lo, hi)` loads the next tile's words into them, so the
-  // next tile's K is in flight for a whole iteration in 4 registers a word.
-  template <class Refill>
-  VXQA_DEVICE static void run(KRegisters& k, const uint8_t* q_smem, float (&s)[4], Refill refill) {
-    const int lane = threadIdx.x & 31;
-    float acc[2][4];
-    zero(acc);
-#pragma unroll
-    for (int g = 0; g < kChunkReads; ++g) {
-      chunk_mmas(acc, k.lo[g], k.hi[g], g, [&](int step) { return lds_q(q_smem + QSmemLayout::offset(step, lane)); });
-      refill(g, k.lo[g], k.hi[g]);
-    }
-    sum(acc, s);
-  }
-
- private:
-  // A Q fragment from shared memory, loaded where it is used: the compiler would otherwise
-  // load a tile's worth ahead and hold them in registers the K words need.
-  VXQA_DEVICE static uint2 lds_q(const uint8_t* p) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
-                 : "=r"(v.x), "=r"(v.y)
-                 : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
-    return v;
-  }
-  VXQA_DEVICE static void zero(float (&acc)[2][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[0][e] = acc[1][e] = 0.f;
-  }
-  // Even and odd k-steps accumulate apart: two chains of D/32 MMAs instead of one of D/16.
-  VXQA_DEVICE static void sum(const float (&acc)[2][4], float (&s)[4]) {
+#pragma unroll
+    for (int g = 0; g < kChunkReads; ++g) {
+      const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row, t + 4 * g));
+      const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + Layout::chunk_offset(row + 8, t + 4 * g));
+      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int i = 0; i < kStepsPerChunk; ++i) {
+        uint32_t a[4];
+        if (kE5m2) {  // one word = dims +0..3: the low two to slots 2t, 2t+1, the high two to +8
+          a[0] = detail::spread_bytes<0, 1>(wl[i]);
+          a[1] = detail::spread_bytes<0, 1>(wh[i]);
+          a[2] = detail::spread_bytes<2, 3>(wl[i]);
+          a[3] = detail::spread_bytes<2, 3>(wh[i]);
+        } else {  // two words of f16x2
+          a[0] = wl[2 * i];
+          a[1] = wh[2 * i];
+          a[2] = wl[2 * i + 1];
+          a[3] = wh[2 * i + 1];
+        }
+        const int step = g * kStepsPerChunk + i;
+        const uint32_t b[2] = {qf.q[step][0], qf.q[step][1]};
+        arch::mma_m16n8k16_row_col(acc[step & 1], a, b, acc[step & 1]);
+      }
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[e] = acc[0][e] + acc[1][e];
-  }
-  // The MMAs of chunk read g (rows r and r + 8): k-steps g·kStepsPerChunk + i, with the
-  // B fragment of a k-step from `q_of(step)`.
-  template <class QOf>
-  VXQA_DEVICE static void chunk_mmas(float (&acc)[2][4], const uint4& lo, const uint4& hi, int g, QOf q_of) {
-    const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int i = 0; i < kStepsPerChunk; ++i) {
-      uint32_t a[4];
-      if (kE5m2) {  // one word = dims +0..3: the low two to slots 2t, 2t+1, the high two to +8
-        a[0] = detail::spread_bytes<0, 1>(wl[i]);
-        a[1] = detail::spread_bytes<0, 1>(wh[i]);
-        a[2] = detail::spread_bytes<2, 3>(wl[i]);
-        a[3] = detail::spread_bytes<2, 3>(wh[i]);
-      } else {  // two words of f16x2
-        a[0] = wl[2 * i];
-        a[1] = wh[2 * i];
-        a[2] = wl[2 * i + 1];
-        a[3] = wh[2 * i + 1];
-      }
-      const int step = g * kStepsPerChunk + i;
-      const uint2 q = q_of(step);
-      const uint32_t b[2] = {q.x, q.y};
-      arch::mma_m16n8k16_row_col(acc[step & 1], a, b, acc[step & 1]);
-    }
   }
 #endif
 #endif

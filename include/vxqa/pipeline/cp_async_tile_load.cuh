@@ -36,8 +36,6 @@ struct CpAsyncTileLoad {
 #if VXQA_IS_CUDA_COMPILER && VXQA_HAS_CP_ASYNC
   // Issues (without committing) the copies of one tile: `lane_row_offset` is, on lane r < 16,
   // the byte offset of tile row r from both bases; rows >= valid_rows are zero-filled.
-  // kCopyK = false: the V rows only (K goes to registers, not through the stage).
-  template <bool kCopyK = true>
   VXQA_DEVICE static void issue(const uint8_t* k_base, const uint8_t* v_base, int64_t lane_row_offset,
                                 int valid_rows, uint8_t* k_tile, uint8_t* v_tile) {
     const int lane = threadIdx.x & 31;
@@ -47,7 +45,7 @@ struct CpAsyncTileLoad {
       const int64_t offset = __shfl_sync(0xffffffffu, lane_row_offset, row);
       const bool read = row < valid_rows;
       const int64_t src = read ? offset + 16 * chunk : 0;  // never read when !read
-      if (kCopyK) arch::cp_async_16_or_zero(k_tile + KLayout::chunk_offset(row, chunk), k_base + src, read);
+      arch::cp_async_16_or_zero(k_tile + KLayout::chunk_offset(row, chunk), k_base + src, read);
       arch::cp_async_16_or_zero(v_tile + VLayout::offset(row, 16 * chunk), v_base + src, read);
     }
   }
@@ -58,7 +56,6 @@ struct CpAsyncTileLoad {
   // K swizzle then keeps its key), its shared ones by a constant: the loop is two pointer
   // bumps a copy. Rows past valid_rows are still inside the page: their addresses are valid,
   // and they are zero-filled without being read.
-  template <bool kCopyK = true>
   VXQA_DEVICE static void issue_one_page(const uint8_t* k_row0, const uint8_t* v_row0, int64_t row_bytes,
                                          int valid_rows, uint8_t* k_tile, uint8_t* v_tile) {
     constexpr int R = kRowsPerCopy;
@@ -74,7 +71,7 @@ struct CpAsyncTileLoad {
     for (int i = 0; i < kChunksPerLane; ++i) {
       uint8_t* kd = R % 2 == 0 ? k_dst + i * R * Geometry::kRowBytes
                                : k_tile + KLayout::chunk_offset(r0 + i * R, chunk);
-      if (kCopyK) arch::cp_async_16_or_zero(kd, k + i * step, i * R < rows_left);
+      arch::cp_async_16_or_zero(kd, k + i * step, i * R < rows_left);
       arch::cp_async_16_or_zero(v_dst + i * R * VLayout::kPitch, v + i * step, i * R < rows_left);
     }
   }
