@@ -2,9 +2,12 @@
 // median of many runs with CUDA events) against the device-to-device copy bandwidth
 // measured in the same run, prints a table and writes JSON.
 //
-//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --contexts | --breakdown |
-//                 --profile [--shape N]]
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --contexts |
+//                 --breakdown | --profile [--shape N]]
 // --experiment times the default atom over chunk sizes, warps and stages instead;
+// --plans times every shape with its default plan and with the chunks that keep it within one
+// wave of 2 CTAs an SM (the smallest such chunk and the next multiple up), as if every
+// sequence had the longest length;
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
@@ -301,7 +304,8 @@ int main(int argc, char** argv) {
     if (k == "--json" && has_value) json_path = argv[++i];
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
-    else if (k == "--experiment" || k == "--profile" || k == "--contexts" || k == "--breakdown") mode = k.substr(2);
+    else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown")
+      mode = k.substr(2);
     else if (k == "--shape" && has_value) profile_shape = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
@@ -345,6 +349,24 @@ int main(int argc, char** argv) {
     for (int c : {0, 256}) results.push_back(run_shape<W2S2>(shapes[2], stream, sms, l2, copy, c, experiment_name<W2S2>()));
     for (int c : {0, 128, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c, experiment_name<E5m2>()));
     for (int c : {0, 128}) results.push_back(run_shape<W2S2>(shapes[3], stream, sms, l2, copy, c, experiment_name<W2S2>()));
+  } else if (mode == "plans") {  // the default plan against chunks that fit one wave
+    const Shape d128{"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true};
+    auto compare = [&](auto config, const Shape& s) {
+      using C = decltype(config);
+      const std::vector<int32_t> lens = lengths(s, 7);  // the lengths run_shape makes
+      const int longest = *std::max_element(lens.begin(), lens.end());
+      const int head_tiles = s.kv_heads * ((s.group + C::kHeadsPerCta - 1) / C::kHeadsPerCta);
+      const int per_sequence = vxqa::kSm80PlanCtasPerSm * sms / (s.batch * head_tiles);  // chunks one wave holds
+      results.push_back(run_shape<C>(s, stream, sms, l2, copy, 0, "default plan"));
+      if (per_sequence < 1) return;
+      const int chunks = (longest + C::kCtaTokens - 1) / C::kCtaTokens;  // in CTA rounds
+      const int rounds = (chunks + per_sequence - 1) / per_sequence;
+      for (int r : {rounds, rounds + 1})
+        results.push_back(run_shape<C>(s, stream, sms, l2, copy, r * C::kCtaTokens, "one wave: " +
+                                       std::to_string(r * C::kCtaTokens) + "-token chunks"));
+    };
+    for (const Shape& s : shapes) compare(E5m2(), s);
+    compare(E5m2D128(), d128);
   } else if (mode == "contexts") {  // % of copy against context length, batch 1 and 16
     static std::list<std::string> names;  // Shape keeps a pointer to its name
     for (int batch : {1, 16})

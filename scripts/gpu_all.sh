@@ -8,7 +8,9 @@
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
-#                                        "experiment"); ncu.log, ncu-source.log the seed shape's
+#                                        "experiment"); plans.json plans.log, every shape's default
+#                                        plan against chunks that fit one wave ("plans");
+#                                        ncu.log, ncu-source.log the seed shape's
 #                                        kernels profiled ("ncu"); contexts.json ("contexts");
 #                                        breakdown.log, parts of a step timed alone ("breakdown")
 #   peer*.json peer.log                  FlashInfer on the same shapes (step "peer": needs
@@ -101,6 +103,13 @@ step_experiment() {
   ./build-gpu/bench/vxqa_decode_bench --experiment --json "$out/experiment.json" --commit "$commit" >"$out/experiment.log" 2>&1
   note "experiment: rc $?, $((SECONDS - start)) s"
   cat "$out/experiment.log"
+}
+
+step_plans() {  # each shape's default plan against the chunks that fit one wave
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --plans --json "$out/plans.json" --commit "$commit" >"$out/plans.log" 2>&1
+  note "plans: rc $?, $((SECONDS - start)) s"
+  cat "$out/plans.log"
 }
 
 step_breakdown() {  # graph replays of parts of a step: where the fixed costs lie
