@@ -111,9 +111,14 @@ void launch_parts(const vxqa::DecodeParams& p, const vxqa::DecodePlan& plan, voi
     cudaLaunchConfig_t launch{};
     const void* combine = vxqa::combine_kernel_for<Config>(plan, p.num_kv_heads * p.group_size, &launch.gridDim);
     constexpr int kD = Config::kHeadDim;  // a slice width forced, whatever the plan's
-    if (parts & kCombine16) combine = reinterpret_cast<const void*>(&vxqa::combine_kernel<kD, Config::kQo, 16>);
-    if (parts & kCombine64) combine = reinterpret_cast<const void*>(&vxqa::combine_kernel<kD, Config::kQo, 64>);
-    if (parts & (kCombine16 | kCombine64)) launch.gridDim.z = kD / (parts & kCombine16 ? 16 : 64);
+    if (parts & kCombine16) {
+      combine = reinterpret_cast<const void*>(&vxqa::combine_kernel<kD, Config::kQo, 16>);
+      launch.gridDim.z = vxqa::CombineShape<kD, 16>::kSlices;
+    }
+    if (parts & kCombine64) {
+      combine = reinterpret_cast<const void*>(&vxqa::combine_kernel<kD, Config::kQo, 64>);
+      launch.gridDim.z = vxqa::CombineShape<kD, 64>::kSlices;
+    }
     launch.blockDim = dim3(vxqa::kCombineThreads);
     launch.stream = stream;
     launch.attrs = &attribute;
@@ -330,6 +335,7 @@ int main(int argc, char** argv) {
       {"B4 ragged ~32K, page 784", 4, 32768, 784, 6, 1, true},
       {"TP1: G6 Hkv4 B16 x 16K, page 16", 16, 16384, 16, 6, 4, false},
   };
+  const Shape d128{"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true};  // the D = 128 Config's
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
   std::vector<AppendResult> appends;
@@ -350,7 +356,6 @@ int main(int argc, char** argv) {
     for (int c : {0, 128, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c, experiment_name<E5m2>()));
     for (int c : {0, 128}) results.push_back(run_shape<W2S2>(shapes[3], stream, sms, l2, copy, c, experiment_name<W2S2>()));
   } else if (mode == "plans") {  // the default plan against chunks that fit one wave
-    const Shape d128{"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true};
     auto compare = [&](auto config, const Shape& s) {
       using C = decltype(config);
       const std::vector<int32_t> lens = lengths(s, 7);  // the lengths run_shape makes
@@ -376,8 +381,7 @@ int main(int argc, char** argv) {
       }
   } else if (mode == "breakdown") {  // where a step's fixed costs lie
     for (int i : {0, 2, 3, 4, 5}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
-    results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
-                                          sms, l2, copy, 0, "", true));
+    results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, 0, "", true));
   } else if (mode == "profile") {  // one shape, for ncu
     if (profile_shape < 0 || profile_shape >= int(sizeof shapes / sizeof shapes[0])) {
       std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", int(sizeof shapes / sizeof shapes[0]) - 1);
@@ -386,8 +390,7 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
   } else {
     for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
-    results.push_back(run_shape<E5m2D128>({"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true}, stream,
-                                          sms, l2, copy));
+    results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy));
     for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
     // Two stages a warp: 67 KB a CTA, so 3 CTAs share an sm_90 SM (12 warps) instead of 2.
     using E5m2TwoStages = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
