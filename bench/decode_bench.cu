@@ -5,9 +5,8 @@
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --contexts |
 //                 --breakdown | --profile [--shape N]]
 // --experiment times the default atom over chunk sizes, warps and stages instead;
-// --plans times every shape with its default plan and with the chunks that keep it within one
-// wave of 2 CTAs an SM (the smallest such chunk and the next multiple up), as if every
-// sequence had the longest length;
+// --plans times every shape with its default plan (choose_wave_chunk_tokens) and with the
+// chunk of the rule it replaced (choose_chunk_tokens, at least 2 CTA rounds);
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
@@ -355,20 +354,18 @@ int main(int argc, char** argv) {
     for (int c : {0, 256}) results.push_back(run_shape<W2S2>(shapes[2], stream, sms, l2, copy, c, experiment_name<W2S2>()));
     for (int c : {0, 128, 512}) results.push_back(run_shape<E5m2>(shapes[3], stream, sms, l2, copy, c, experiment_name<E5m2>()));
     for (int c : {0, 128}) results.push_back(run_shape<W2S2>(shapes[3], stream, sms, l2, copy, c, experiment_name<W2S2>()));
-  } else if (mode == "plans") {  // the default plan against chunks that fit one wave
+  } else if (mode == "plans") {  // the default plan against the rule it replaced
     auto compare = [&](auto config, const Shape& s) {
       using C = decltype(config);
       const std::vector<int32_t> lens = lengths(s, 7);  // the lengths run_shape makes
       const int longest = *std::max_element(lens.begin(), lens.end());
       const int head_tiles = s.kv_heads * ((s.group + C::kHeadsPerCta - 1) / C::kHeadsPerCta);
-      const int per_sequence = vxqa::kSm80PlanCtasPerSm * sms / (s.batch * head_tiles);  // chunks one wave holds
+      // Until ae8adf4: the largest chunk of at least 2 CTA rounds that gave one CTA a slot.
+      const int before = vxqa::choose_chunk_tokens(s.batch, longest, head_tiles, C::kCtaTokens,
+                                                   vxqa::kSm80PlanCtasPerSm * sms, 2);
       results.push_back(run_shape<C>(s, stream, sms, l2, copy, 0, "default plan"));
-      if (per_sequence < 1) return;
-      const int chunks = (longest + C::kCtaTokens - 1) / C::kCtaTokens;  // in CTA rounds
-      const int rounds = (chunks + per_sequence - 1) / per_sequence;
-      for (int r : {rounds, rounds + 1})
-        results.push_back(run_shape<C>(s, stream, sms, l2, copy, r * C::kCtaTokens, "one wave: " +
-                                       std::to_string(r * C::kCtaTokens) + "-token chunks"));
+      results.push_back(run_shape<C>(s, stream, sms, l2, copy, before,
+                                     "previous rule: " + std::to_string(before) + "-token chunks"));
     };
     for (const Shape& s : shapes) compare(E5m2(), s);
     compare(E5m2D128(), d128);

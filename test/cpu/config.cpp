@@ -201,6 +201,48 @@ TEST_CASE("choose_chunk_tokens: worked examples", "[config]") {
   CHECK(vxqa::choose_chunk_tokens(1, 262144, 1, 128, 528) == 384);
 }
 
+// The wave rule's cost of a chunk, as its comment defines it.
+int64_t wave_cost(const ChunkCase& c, int chunk) {
+  const int64_t ctas = ceil_div(c.context, chunk) * c.batch * c.head_tiles;
+  return ceil_div(ctas, c.target) * (chunk + c.cta);
+}
+
+TEST_CASE("choose_wave_chunk_tokens: the allowed chunk of least waves x (chunk + round), the larger on ties",
+          "[config]") {
+  for_each_case([](const ChunkCase& c) {
+    const int chunk = vxqa::choose_wave_chunk_tokens(c.batch, c.context, c.head_tiles, c.cta, c.target);
+    INFO("B " << c.batch << " ctx " << c.context << " tiles " << c.head_tiles << " cta " << c.cta << " slots "
+              << c.target << " -> " << chunk);
+    REQUIRE(chunk % c.cta == 0);
+    REQUIRE(chunk >= c.cta);
+    REQUIRE(chunk <= 64 * c.cta);
+    REQUIRE((chunk == c.cta || chunk < c.context + c.cta));  // never longer than one chunk needs
+    for (int multiple = 1; multiple <= 64 && (multiple - 1) * c.cta < c.context; ++multiple) {
+      const int other = multiple * c.cta;
+      REQUIRE(wave_cost(c, chunk) <= wave_cost(c, other));
+      if (other > chunk) REQUIRE(wave_cost(c, chunk) < wave_cost(c, other));
+    }
+  });
+}
+
+TEST_CASE("choose_wave_chunk_tokens: measured shapes on 132 SMs x 2 CTAs (264 slots)", "[config]") {
+  // TP1, B16 x 16K, 4 KV heads: 4096 fills one wave (256 CTAs); 3968, what choose_chunk_tokens
+  // takes, needs 5 chunks (320 CTAs, two waves). Measured 144.5 against 155.7 us.
+  CHECK(vxqa::choose_wave_chunk_tokens(16, 16384, 4, 128, 264) == 4096);
+  CHECK(vxqa::choose_chunk_tokens(16, 16384, 4, 128, 264, 2) == 3968);
+  // B16 x 1K: 128-token chunks, 128 CTAs in one wave (measured 12.1 against 12.6 us for 256).
+  CHECK(vxqa::choose_wave_chunk_tokens(16, 1024, 1, 128, 264) == 128);
+  // B1 x 64K: 256 (256 CTAs, one wave) ties with 128 (two waves of 256): the larger.
+  CHECK(vxqa::choose_wave_chunk_tokens(1, 65536, 1, 128, 264) == 256);
+  // The seed shape's capacity: 15 chunks of 1280 (240 CTAs); 1152 would need 17 (272).
+  CHECK(vxqa::choose_wave_chunk_tokens(16, 18690, 1, 128, 264) == 1280);
+  // A batch that fills the grid with one chunk a sequence: no split.
+  CHECK(vxqa::choose_wave_chunk_tokens(256, 1024, 1, 128, 264) == 1024);
+  // min_multiple is a floor.
+  CHECK(vxqa::choose_wave_chunk_tokens(16, 1024, 1, 128, 264, 2) == 256);
+  CHECK(vxqa::choose_wave_chunk_tokens(4, 100, 1, 128, 264, 4) == 512);
+}
+
 TEST_CASE("plan_workspace_bytes: error word, padded partial LSE and chunk error words, partial O", "[config]") {
   // One chunk: only the error word (its 256-byte slot).
   for (int batch : {1, 16, 1000})

@@ -127,13 +127,12 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
 }
 
 // A plan for the current device: its SM count, and for the SM80 body the CTAs per SM it
-// keeps resident (decode_smem_bytes' shared memory), at most kSm80PlanCtasPerSm: its chunks
-// then fill one wave at full capacity, each at least kSm80PlanMinChunkRounds CTA rounds
-// long. Measured (docs/performance.md): D = 128 keeps 3 CTAs an SM resident, and planning
-// for 3 (256-token chunks) took 26.5 us where 2 (512-token chunks) took 23.4 us. Same
-// contract as the make_decode_plan above.
+// keeps resident (decode_smem_bytes' shared memory), at most kSm80PlanCtasPerSm, whose
+// slots choose_wave_chunk_tokens fills in whole waves. Measured (docs/performance.md):
+// D = 128 keeps 3 CTAs an SM resident, and planning for 3 (256-token chunks) took 26.5 us
+// where 2 (512-token chunks) took 23.4 us. The SM70 body keeps choose_chunk_tokens' rule
+// for 4 CTAs an SM. Same contract as the make_decode_plan above.
 inline constexpr int kSm80PlanCtasPerSm = 2;
-inline constexpr int kSm80PlanMinChunkRounds = 2;  // a warp gets at least 4 of its 16-token tiles
 
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan) {
@@ -144,15 +143,17 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   bool sm80_body = false;
   const Status body = decode_smem_bytes<Config>(&smem, &sm80_body);
   if (!body.ok()) return body;
-  int resident = 4;  // the SM70 body: its plan asks for 4 CTAs per SM (docs/performance.md)
-  if (sm80_body) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
-    if (err != cudaSuccess)
-      return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
-    resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
-  }
-  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident,
-                                  sm80_body ? kSm80PlanMinChunkRounds : 1);
+  if (!sm80_body)  // the SM70 body: its plan asks for 4 CTAs per SM (docs/performance.md)
+    return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, 4);
+  int resident = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
+  if (err != cudaSuccess) return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
+  resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
+  const int m_tiles = group_size < 1 ? 1 : (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  const int chunk = choose_wave_chunk_tokens(max_batch < 1 ? 1 : max_batch, max_context < 1 ? 1 : max_context,
+                                             (num_kv_heads < 1 ? 1 : num_kv_heads) * m_tiles, Config::kCtaTokens,
+                                             resident * sms);
+  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident);
 }
 
 // The combine kernel of a split plan's steps and its grid: (query heads, max_batch, slices
