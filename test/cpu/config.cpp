@@ -1,6 +1,6 @@
 // DecodeConfig's derived constants (checked at compile time against numbers worked out by
 // hand from the shared-memory map: Q tile, then per warp [K/V tile | S | P | alpha]), and
-// the split plan's arithmetic: choose_chunk_tokens and plan_workspace_bytes.
+// the split plan's arithmetic: choose_chunk_tokens, choose_wave_chunk_tokens and plan_workspace_bytes.
 #include <catch2/catch.hpp>
 
 #include <vxqa/kernel/config.cuh>
@@ -8,6 +8,8 @@
 #include <vxqa/pipeline/smem_layout.cuh>
 
 #include <cstdint>
+#include <sstream>
+#include <string>
 #include <type_traits>
 
 namespace {
@@ -104,18 +106,29 @@ void for_each_case(F&& f) {
           for (int target : {1, 80, 320, 528, 100000}) f(ChunkCase{batch, context, head_tiles, cta, target});
 }
 
+std::string describe(const ChunkCase& c, int chunk) {
+  std::ostringstream os;
+  os << "B " << c.batch << " ctx " << c.context << " tiles " << c.head_tiles << " cta " << c.cta << " target "
+     << c.target << " -> " << chunk;
+  return os.str();
+}
+
+// What either chunk rule returns: a multiple of the CTA round, 1..64 of them, and never
+// longer than one chunk needs to cover the context (except the minimum).
+void require_allowed_chunk(const ChunkCase& c, int chunk) {
+  REQUIRE(chunk % c.cta == 0);
+  REQUIRE(chunk >= c.cta);
+  REQUIRE(chunk <= 64 * c.cta);
+  REQUIRE((chunk == c.cta || chunk < c.context + c.cta));
+}
+
 }  // namespace
 
 TEST_CASE("choose_chunk_tokens: a multiple of the CTA tokens, at most 64 of them", "[config]") {
   for_each_case([](const ChunkCase& c) {
     const int chunk = vxqa::choose_chunk_tokens(c.batch, c.context, c.head_tiles, c.cta, c.target);
-    INFO("B " << c.batch << " ctx " << c.context << " tiles " << c.head_tiles << " cta " << c.cta << " target "
-              << c.target << " -> " << chunk);
-    REQUIRE(chunk % c.cta == 0);
-    REQUIRE(chunk >= c.cta);
-    REQUIRE(chunk <= 64 * c.cta);
-    // Never a chunk longer than needed to cover the context in one (except the minimum).
-    REQUIRE((chunk == c.cta || chunk < c.context + c.cta));
+    INFO(describe(c, chunk));
+    require_allowed_chunk(c, chunk);
   });
 }
 
@@ -211,12 +224,8 @@ TEST_CASE("choose_wave_chunk_tokens: the allowed chunk of least waves x (chunk +
           "[config]") {
   for_each_case([](const ChunkCase& c) {
     const int chunk = vxqa::choose_wave_chunk_tokens(c.batch, c.context, c.head_tiles, c.cta, c.target);
-    INFO("B " << c.batch << " ctx " << c.context << " tiles " << c.head_tiles << " cta " << c.cta << " slots "
-              << c.target << " -> " << chunk);
-    REQUIRE(chunk % c.cta == 0);
-    REQUIRE(chunk >= c.cta);
-    REQUIRE(chunk <= 64 * c.cta);
-    REQUIRE((chunk == c.cta || chunk < c.context + c.cta));  // never longer than one chunk needs
+    INFO(describe(c, chunk));
+    require_allowed_chunk(c, chunk);
     for (int multiple = 1; multiple <= 64 && (multiple - 1) * c.cta < c.context; ++multiple) {
       const int other = multiple * c.cta;
       REQUIRE(wave_cost(c, chunk) <= wave_cost(c, other));
