@@ -2,11 +2,14 @@
 // median of many runs with CUDA events) against the device-to-device copy bandwidth
 // measured in the same run, prints a table and writes JSON.
 //
-//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --contexts |
-//                 --breakdown | --profile [--shape N]]
+//   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
+//                 --contexts | --breakdown | --profile [--shape N]]
 // --experiment times the default atom over chunk sizes, warps and stages instead;
 // --plans times every shape with its default plan (choose_wave_chunk_tokens) and with the
 // chunk of the rule it replaced (choose_chunk_tokens, at least 2 CTA rounds);
+// --ramp times one wave of CTAs (2 an SM) of one chunk each, 128 .. 4096 tokens long, and the
+// same CTAs as two chunks of half as many sequences: a CTA's fixed cost is the intercept of
+// time against tokens, the combine's the difference between the two;
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
@@ -308,7 +311,8 @@ int main(int argc, char** argv) {
     if (k == "--json" && has_value) json_path = argv[++i];
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
-    else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown")
+    else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown" ||
+             k == "--ramp")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) profile_shape = std::atoi(argv[++i]);
     else {
@@ -369,6 +373,20 @@ int main(int argc, char** argv) {
     };
     for (const Shape& s : shapes) compare(E5m2(), s);
     compare(E5m2D128(), d128);
+  } else if (mode == "ramp") {  // one wave of CTAs, each one chunk long: a CTA's fixed cost
+    static std::list<std::string> names;  // Shape keeps a pointer to its name
+    const int slots = vxqa::kSm80PlanCtasPerSm * sms;
+    for (int context = 128; context <= 4096; context *= 2) {
+      names.push_back("ramp: B" + std::to_string(slots) + " x " + std::to_string(context) + ", page 16");
+      results.push_back(run_shape<E5m2>({names.back().c_str(), slots, context, 16, 6, 1, false}, stream, sms, l2,
+                                        copy, context, "one chunk a sequence"));
+      if (context < 256) continue;
+      // Half the sequences, twice as long, in two chunks: the same CTAs as the row of half
+      // this context, plus the combine.
+      names.push_back("ramp: B" + std::to_string(slots / 2) + " x " + std::to_string(context) + ", page 16");
+      results.push_back(run_shape<E5m2>({names.back().c_str(), slots / 2, context, 16, 6, 1, false}, stream, sms,
+                                        l2, copy, context / 2, "two chunks a sequence"));
+    }
   } else if (mode == "contexts") {  // % of copy against context length, batch 1 and 16
     static std::list<std::string> names;  // Shape keeps a pointer to its name
     for (int batch : {1, 16})

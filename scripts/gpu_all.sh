@@ -9,7 +9,8 @@
 #   bench.json bench.log                 the decode benchmark
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
-#                                        plan against chunks that fit one wave ("plans");
+#                                        plan against the rule it replaced ("plans"); ramp.json
+#                                        ramp.log, one wave of one-chunk CTAs over chunk lengths ("ramp");
 #                                        ncu.log, ncu-source.log the seed shape's
 #                                        kernels profiled ("ncu"); contexts.json ("contexts");
 #                                        breakdown.log, parts of a step timed alone ("breakdown")
@@ -110,6 +111,13 @@ step_plans() {  # each shape's default plan against the chunks that fit one wave
   ./build-gpu/bench/vxqa_decode_bench --plans --json "$out/plans.json" --commit "$commit" >"$out/plans.log" 2>&1
   note "plans: rc $?, $((SECONDS - start)) s"
   cat "$out/plans.log"
+}
+
+step_ramp() {  # one wave of one-chunk CTAs over chunk lengths: the fixed cost of a CTA and of the combine
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --ramp --json "$out/ramp.json" --commit "$commit" >"$out/ramp.log" 2>&1
+  note "ramp: rc $?, $((SECONDS - start)) s"
+  cat "$out/ramp.log"
 }
 
 step_breakdown() {  # graph replays of parts of a step: where the fixed costs lie
