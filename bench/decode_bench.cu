@@ -9,7 +9,8 @@
 // chunk of the rule it replaced (choose_chunk_tokens, at least 2 CTA rounds);
 // --ramp times one wave of CTAs (2 an SM) of one chunk each, 128 .. 4096 tokens long, and the
 // same CTAs as two chunks of half as many sequences: a CTA's fixed cost is the intercept of
-// time against tokens, the combine's the difference between the two;
+// time against tokens, the combine's the difference between the two; and the seed shape
+// against equal lengths of the same tokens (the cost of unequal CTAs);
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
@@ -387,6 +388,12 @@ int main(int argc, char** argv) {
       results.push_back(run_shape<E5m2>({names.back().c_str(), slots / 2, context, 16, 6, 1, false}, stream, sms,
                                         l2, copy, context / 2, "two chunks a sequence"));
     }
+    // The seed shape's ragged lengths against 16 equal ones of about the same tokens: what
+    // the CTAs' unequal work (a sequence's last chunk is partial) costs in one wave.
+    results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, 0, "default plan"));
+    results.push_back(run_shape<E5m2>({"B16 x 17890 (the seed's tokens, equal lengths), page 800", 16, 17890, 800, 6, 1,
+                                       false},
+                                      stream, sms, l2, copy, 0, "default plan"));
   } else if (mode == "contexts") {  // % of copy against context length, batch 1 and 16
     static std::list<std::string> names;  // Shape keeps a pointer to its name
     for (int batch : {1, 16})
