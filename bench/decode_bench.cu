@@ -7,8 +7,8 @@
 // --experiment times the default atom over chunk sizes, warps and stages instead;
 // --plans times every shape with its default plan (choose_wave_chunk_tokens) and with the
 // chunk of the rule it replaced (choose_chunk_tokens, at least 2 CTA rounds);
-// --ramp times one wave of CTAs (2 an SM) of one chunk each, 128 .. 4096 tokens long, and the
-// same CTAs as two chunks of half as many sequences: a CTA's fixed cost is the intercept of
+// --ramp times one wave of CTAs (2 an SM) of one chunk each, 256, 1024 and 2048 tokens long,
+// and the same CTAs as two chunks of half as many sequences: a CTA's fixed cost is the intercept of
 // time against tokens, the combine's the difference between the two; and the seed shape
 // against equal lengths of the same tokens (the cost of unequal CTAs);
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
@@ -236,6 +236,9 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   Result r{shape, name.empty() ? config_name<Config>() : name, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
            plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens};
   r.pct_copy = 100.0 * r.gbs / copy_gbs;
+  // As it goes, so that a run cut short still shows what it measured (the table is printed last).
+  std::fprintf(stderr, "measured: %s | %s | graph %.2f us | %.1f %% of copy | chunk %d x %d\n", shape.name,
+               r.config.c_str(), replay, r.pct_copy, r.chunk, r.chunks);
   return r;
 }
 
@@ -377,17 +380,15 @@ int main(int argc, char** argv) {
   } else if (mode == "ramp") {  // one wave of CTAs, each one chunk long: a CTA's fixed cost
     static std::list<std::string> names;  // Shape keeps a pointer to its name
     const int slots = vxqa::kSm80PlanCtasPerSm * sms;
-    for (int context = 128; context <= 4096; context *= 2) {
-      names.push_back("ramp: B" + std::to_string(slots) + " x " + std::to_string(context) + ", page 16");
-      results.push_back(run_shape<E5m2>({names.back().c_str(), slots, context, 16, 6, 1, false}, stream, sms, l2,
-                                        copy, context, "one chunk a sequence"));
-      if (context < 256) continue;
-      // Half the sequences, twice as long, in two chunks: the same CTAs as the row of half
-      // this context, plus the combine.
-      names.push_back("ramp: B" + std::to_string(slots / 2) + " x " + std::to_string(context) + ", page 16");
-      results.push_back(run_shape<E5m2>({names.back().c_str(), slots / 2, context, 16, 6, 1, false}, stream, sms,
-                                        l2, copy, context / 2, "two chunks a sequence"));
-    }
+    auto ramp = [&](int batch, int context, int chunk, const char* what) {
+      names.push_back("ramp: B" + std::to_string(batch) + " x " + std::to_string(context) + ", page 16");
+      results.push_back(run_shape<E5m2>({names.back().c_str(), batch, context, 16, 6, 1, false}, stream, sms, l2, copy,
+                                        chunk, what));
+    };
+    for (int context : {256, 1024, 2048}) ramp(slots, context, context, "one chunk a sequence");
+    // Half the sequences, twice as long, in two chunks: the same CTAs as the one-chunk rows
+    // of half the context, plus the combine.
+    for (int context : {2048, 4096}) ramp(slots / 2, context, context / 2, "two chunks a sequence");
     // The seed shape's ragged lengths against 16 equal ones of about the same tokens: what
     // the CTAs' unequal work (a sequence's last chunk is partial) costs in one wave.
     results.push_back(run_shape<E5m2>(shapes[0], stream, sms, l2, copy, 0, "default plan"));
