@@ -106,7 +106,7 @@ step_experiment() {
   cat "$out/experiment.log"
 }
 
-step_plans() {  # each shape's default plan against the chunks that fit one wave
+step_plans() {  # each shape's default plan against the rule it replaced
   start=$SECONDS
   ./build-gpu/bench/vxqa_decode_bench --plans --json "$out/plans.json" --commit "$commit" >"$out/plans.log" 2>&1
   note "plans: rc $?, $((SECONDS - start)) s"

@@ -241,7 +241,7 @@ TEST_CASE("choose_wave_chunk_tokens: measured shapes on 132 SMs x 2 CTAs (264 sl
   CHECK(vxqa::choose_chunk_tokens(16, 16384, 4, 128, 264, 2) == 3968);
   // B16 x 1K: 128-token chunks, 128 CTAs in one wave (measured 12.1 against 12.6 us for 256).
   CHECK(vxqa::choose_wave_chunk_tokens(16, 1024, 1, 128, 264) == 128);
-  // B1 x 64K: 256 (256 CTAs, one wave) ties with 128 (two waves of 256): the larger.
+  // B1 x 64K: 256 (256 CTAs, one wave: cost 384) beats 128 (512 CTAs, two waves: 512).
   CHECK(vxqa::choose_wave_chunk_tokens(1, 65536, 1, 128, 264) == 256);
   // The seed shape's capacity: 15 chunks of 1280 (240 CTAs); 1152 would need 17 (272).
   CHECK(vxqa::choose_wave_chunk_tokens(16, 18690, 1, 128, 264) == 1280);

@@ -149,9 +149,11 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
   if (err != cudaSuccess) return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
   resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
-  const int m_tiles = group_size < 1 ? 1 : (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  const int chunk = choose_wave_chunk_tokens(max_batch < 1 ? 1 : max_batch, max_context < 1 ? 1 : max_context,
-                                             (num_kv_heads < 1 ? 1 : num_kv_heads) * m_tiles, Config::kCtaTokens,
+  // Bad inputs get the plan's own error before any arithmetic on them.
+  const Status valid = make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident);
+  if (!valid.ok()) return valid;
+  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  const int chunk = choose_wave_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kCtaTokens,
                                              resident * sms);
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident);
 }

@@ -75,15 +75,17 @@ VXQA_HD int choose_chunk_tokens(int max_batch, int max_context, int head_tiles, 
 // of cta_tokens, at least min_multiple and at most 64 of them. Unlike choose_chunk_tokens
 // it does not overshoot a wave: TP1 (B16 x 16K, 64 CTAs a chunk, 264 slots) gets 4096-token
 // chunks, 256 CTAs, where that rule gives 3968, 320 CTAs (docs/performance.md).
+// Counts are doubles: exact below 2^53, and no overflow for any int inputs (slots < 1 counts
+// as 1).
 VXQA_HD int choose_wave_chunk_tokens(int max_batch, int max_context, int head_tiles, int cta_tokens, int slots,
                                      int min_multiple = 1) {
   int best = min_multiple * cta_tokens;
-  long long best_cost = -1;
+  double best_cost = -1;
   for (int multiple = min_multiple; multiple <= 64; ++multiple) {
     const int chunk = multiple * cta_tokens;
-    const long long chunks = (static_cast<long long>(max_context) + chunk - 1) / chunk;
-    const long long waves = (chunks * max_batch * head_tiles + slots - 1) / slots;
-    const long long cost = waves * (chunk + cta_tokens);
+    const double chunks = double((static_cast<long long>(max_context) + chunk - 1) / chunk);
+    const double waves = ceil(chunks * max_batch * head_tiles / (slots < 1 ? 1 : slots));
+    const double cost = waves * (double(chunk) + cta_tokens);
     if (best_cost < 0 || cost <= best_cost) {
       best = chunk;
       best_cost = cost;
