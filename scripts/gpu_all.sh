@@ -13,7 +13,8 @@
 #                                        ramp.log, one wave of one-chunk CTAs over chunk lengths ("ramp");
 #                                        ncu.log, ncu-source.log the seed shape's
 #                                        kernels profiled ("ncu"); contexts.json ("contexts");
-#                                        breakdown.log, parts of a step timed alone ("breakdown")
+#                                        breakdown.log, parts of a step timed alone ("breakdown");
+#                                        timeline.json timeline.log, each CTA's stamps ("timeline")
 #   peer*.json peer.log                  FlashInfer on the same shapes (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 #   torch-build.log torch-pytest.log torch-example.log   the torch package built for this GPU,
@@ -42,7 +43,7 @@ step_build() {
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
+      vxqa_decode_bench vxqa_cta_timeline vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -118,6 +119,13 @@ step_ramp() {  # one wave of one-chunk CTAs over chunk lengths: the fixed cost o
   ./build-gpu/bench/vxqa_decode_bench --ramp --json "$out/ramp.json" --commit "$commit" >"$out/ramp.log" 2>&1
   note "ramp: rc $?, $((SECONDS - start)) s"
   cat "$out/ramp.log"
+}
+
+step_timeline() {  # each CTA's stamps in one replay of back-to-back steps (bench/cta_timeline.cu)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_cta_timeline --json "$out/timeline.json" --commit "$commit" >"$out/timeline.log" 2>&1
+  note "timeline: rc $?, $((SECONDS - start)) s"
+  grep -E "^##|^summary" "$out/timeline.log"
 }
 
 step_breakdown() {  # graph replays of parts of a step: where the fixed costs lie

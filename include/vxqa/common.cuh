@@ -33,7 +33,28 @@ typedef cuda::std::uint64_t uint64_t;
 #define VXQA_IS_CUDA_COMPILER 0
 #endif
 
+// A point of a CTA's timeline: nothing, unless a translation unit defines it before its
+// first vxqa include (bench/cta_timeline.cu records %globaltimer there). `args` are the
+// kernel's DecodeKernelArgs; `point` is one of TimelinePoint.
+#ifndef VXQA_TIMELINE_PROBE
+#define VXQA_TIMELINE_PROBE(args, point) ((void)0)
+#endif
+
 namespace vxqa {
+
+// The points VXQA_TIMELINE_PROBE marks: a decode CTA's (SM80 body), then a combine CTA's.
+enum TimelinePoint : int {
+  kProbeDecodeEntry,      // the kernel starts, before it waits for its predecessor
+  kProbeDecodeReleased,   // its predecessor is done
+  kProbeDecodeWork,       // the sequence length is known and the CTA has tokens
+  kProbeDecodeFirstTile,  // warp 0's first tile has landed in shared memory
+  kProbeDecodeStreamed,   // every warp is done with its tiles
+  kProbeDecodeWritten,    // thread 0's outputs are stored
+  kProbeCombineEntry,
+  kProbeCombineReleased,
+  kProbeCombineWritten,
+  kProbePoints
+};
 
 // Reinterprets the bits of a trivially copyable value (std::bit_cast is C++20).
 template <class To, class From>

@@ -61,7 +61,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
 
   // Launched as the decode kernel's programmatic dependent on sm_90: wait for its partials.
   // The next step's decode kernel may launch now; it waits for this kernel in turn.
+  VXQA_TIMELINE_PROBE(a, kProbeCombineEntry);
   arch::grid_dependency_wait();
+  VXQA_TIMELINE_PROBE(a, kProbeCombineReleased);
   arch::launch_dependents();
   const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
   if (seq_index >= a.batch) return;
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   out[threadIdx.x] = detail::float_to_act<kOut>(chunks > 0 ? o / sum * v_scale : 0.f);
   if (threadIdx.x == 0 && lse)
     *lse = undefined ? quiet_nan() : chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
+  VXQA_TIMELINE_PROBE(a, kProbeCombineWritten);
 }
 #endif
 

@@ -47,6 +47,7 @@ struct DecodeCtaSm80 {
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
     if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
+    VXQA_TIMELINE_PROBE(a, kProbeDecodeWork);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 
@@ -83,6 +84,7 @@ struct DecodeCtaSm80 {
     arch::cp_async_wait<0>();  // nothing in flight into the stages the merge reuses
 
     const bool cta_bad_page = __syncthreads_or(bad_page);
+    VXQA_TIMELINE_PROBE(a, kProbeDecodeStreamed);
     // With several chunks the chunk's error words carry it too (store_head_result), so
     // this OR may land before or after the kernel zeroes the word.
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
@@ -102,6 +104,7 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
+    VXQA_TIMELINE_PROBE(a, kProbeDecodeWritten);
   }
 
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
@@ -154,6 +157,7 @@ struct DecodeCtaSm80 {
       offset_ahead = offset_of(j + kStages);
       arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
       __syncwarp();                        // ... and every lane's
+      if (j == 0) VXQA_TIMELINE_PROBE(a, kProbeDecodeFirstTile);
 
       float s[4];
       Qk::run(stage(use), qf, s);

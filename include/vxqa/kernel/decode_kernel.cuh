@@ -226,7 +226,9 @@ __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKe
   extern __shared__ __align__(16) uint8_t vxqa_decode_smem[];
   // On sm_90 decode() launches this kernel as the previous kernel's programmatic dependent:
   // nothing is read or written before that kernel is done.
+  VXQA_TIMELINE_PROBE(args, kProbeDecodeEntry);
   arch::grid_dependency_wait();
+  VXQA_TIMELINE_PROBE(args, kProbeDecodeReleased);
   // With several chunks no memset zeroes the error word before the step: this kernel does,
   // and the combine, which starts after it, ORs the chunks' bits into it.
   if (args.chunk_errors && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) *args.errors = 0u;

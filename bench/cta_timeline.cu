@@ -1,0 +1,304 @@
+// cta_timeline: where a decode step's time goes, CTA by CTA. Each CTA's thread 0 stamps
+// %globaltimer at the points of vxqa::TimelinePoint (VXQA_TIMELINE_PROBE, defined here
+// before vxqa is included: the library's own builds compile the probes to nothing). A graph
+// of back-to-back steps over rotating cache copies, as decode_bench times them, is replayed;
+// the stamps of one replay are then read back and summarised per step: when the CTAs start,
+// are released by the step before, know their length, hold their first tile, are done
+// streaming and have written, and the same for the combine; how the stream ends (the tail).
+//
+//   cta_timeline [--json FILE] [--commit HASH]
+#include <cstdint>
+
+namespace timeline {
+constexpr int kMaxCopies = 16, kMaxCtas = 8192, kPoints = 9;
+__device__ unsigned long long stamps[kMaxCopies][kMaxCtas][kPoints];
+__device__ unsigned decode_sm[kMaxCopies][kMaxCtas];
+// The cache copies lie in one allocation, `stride` bytes apart: a step's K pointer names it.
+__device__ const unsigned char* cache_base;
+__device__ long long cache_stride;
+
+template <class Args>
+__device__ __forceinline__ void probe(const Args& a, int point) {
+  if (threadIdx.x != 0) return;
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const long long copy = (static_cast<const unsigned char*>(a.kv.k) - cache_base) / cache_stride;
+  const long long cta = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  if (copy < 0 || copy >= kMaxCopies || cta >= kMaxCtas) return;
+  stamps[copy][cta][point] = now;
+  if (point == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    decode_sm[copy][cta] = sm;
+  }
+}
+}  // namespace timeline
+
+#define VXQA_TIMELINE_PROBE(args, point) ::timeline::probe((args), (point))
+
+#include <cuda_fp16.h>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+#include <vxqa/vxqa.cuh>
+#include <vxqa/testing/problem_params.cuh>
+#include "../examples/gpu_timing.cuh"
+
+namespace {
+
+using Config = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
+struct Stamps {
+  unsigned long long at[timeline::kMaxCtas][timeline::kPoints];
+  const unsigned long long* operator[](int cta) const { return at[cta]; }
+};
+
+struct Shape {
+  const char* name;
+  int batch, context, page, group, kv_heads;
+  bool ragged;
+};
+
+// The lengths decode_bench uses (its seed 7): context +- 5 % where ragged.
+std::vector<int32_t> lengths(const Shape& s) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> jitter(-s.context / 20, s.context / 20);
+  std::vector<int32_t> v(s.batch, s.context);
+  if (s.ragged)
+    for (auto& len : v) len = std::max(1, s.context + jitter(rng));
+  return v;
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5))];
+}
+
+// "min / median / max" of a list of µs.
+std::string spread(const std::vector<double>& v) {
+  char s[96];
+  std::snprintf(s, sizeof s, "%7.2f %7.2f %7.2f", quantile(v, 0), quantile(v, 0.5), quantile(v, 1));
+  return s;
+}
+
+void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool first) {
+  vxqa::reference::RandomProblemOptions po;
+  po.batch = shape.batch;
+  po.kv_heads = shape.kv_heads;
+  po.group = shape.group;
+  po.head_dim = Config::kHeadDim;
+  po.page_size = shape.page;
+  po.format = vxqa::reference::KvFormat::kE5M2;
+  po.seq_lens = lengths(shape);
+  po.layout = vxqa::reference::CacheLayout::kVllm;
+  po.stride_align = 16;
+  po.spare_pages = 0;
+  const auto p = vxqa::reference::make_random_problem(po, 11);
+  int max_len = 1;
+  for (int len : p.seq_lens) max_len = std::max(max_len, len);
+
+  // At least two copies, so that every step but the first follows a step of its own.
+  const int copies = std::min(timeline::kMaxCopies, std::max(2, int(4.0 * l2_bytes / p.cache.size()) + 1));
+  const long long stride = (static_cast<long long>(p.cache.size()) + 4095) / 4096 * 4096;
+  unsigned char* caches;
+  DEMO_CHECK(cudaMalloc(&caches, stride * copies));
+  for (int i = 0; i < copies; ++i)
+    DEMO_CHECK(cudaMemcpy(caches + i * stride, p.cache.data(), p.cache.size(), cudaMemcpyHostToDevice));
+  const unsigned char* base = caches;
+  DEMO_CHECK(cudaMemcpyToSymbol(timeline::cache_base, &base, sizeof base));
+  DEMO_CHECK(cudaMemcpyToSymbol(timeline::cache_stride, &stride, sizeof stride));
+  uint16_t *q, *out;
+  int32_t *table, *lens;
+  DEMO_CHECK(cudaMalloc(&q, p.q.size() * 2));
+  DEMO_CHECK(cudaMalloc(&out, p.q.size() * 2));
+  DEMO_CHECK(cudaMalloc(&table, p.block_table.size() * 4));
+  DEMO_CHECK(cudaMalloc(&lens, p.seq_lens.size() * 4));
+  DEMO_CHECK(cudaMemcpy(q, p.q.data(), p.q.size() * 2, cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMemcpy(table, p.block_table.data(), p.block_table.size() * 4, cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
+
+  vxqa::DecodePlan plan;
+  if (!vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan).ok()) std::exit(1);
+  void* workspace;
+  DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
+  std::vector<vxqa::DecodeParams> params(copies);
+  for (int i = 0; i < copies; ++i) params[i] = vxqa::problem_params(p, {caches + i * stride, q, table, lens, out, nullptr});
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DEMO_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < copies; ++i) {
+    const vxqa::Status s = vxqa::decode<Config>(params[i], plan, workspace, plan.workspace_bytes, stream);
+    if (!s.ok()) { std::fprintf(stderr, "decode: %s\n", s.message().c_str()); std::exit(1); }
+  }
+  DEMO_CHECK(cudaStreamEndCapture(stream, &graph));
+  DEMO_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double step_us = vxqa_demo::median_us([&] { DEMO_CHECK(cudaGraphLaunch(exec, stream)); }, stream) / copies;
+
+  // One more replay, stamped: the graph's launches before it leave stamps of their own, so
+  // the array is cleared first.
+  void* stamps_ptr;
+  DEMO_CHECK(cudaGetSymbolAddress(&stamps_ptr, timeline::stamps));
+  DEMO_CHECK(cudaMemsetAsync(stamps_ptr, 0, sizeof(timeline::stamps), stream));
+  DEMO_CHECK(cudaGraphLaunch(exec, stream));
+  DEMO_CHECK(cudaStreamSynchronize(stream));
+  std::vector<Stamps> host(copies);
+  std::vector<std::vector<unsigned>> sms(copies, std::vector<unsigned>(timeline::kMaxCtas));
+  for (int i = 0; i < copies; ++i) {
+    DEMO_CHECK(cudaMemcpyFromSymbol(host[i].at, timeline::stamps, sizeof(Stamps), i * sizeof(Stamps)));
+    DEMO_CHECK(cudaMemcpyFromSymbol(sms[i].data(), timeline::decode_sm, timeline::kMaxCtas * sizeof(unsigned),
+                                    i * timeline::kMaxCtas * sizeof(unsigned)));
+  }
+
+  const int m_tiles = (p.group + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  const int heads_y = p.kv_heads * m_tiles;
+  const int decode_ctas = plan.num_chunks * heads_y * plan.max_batch;
+  const int combine_ctas = plan.num_chunks > 1 ? p.kv_heads * p.group * plan.max_batch *
+                                                     (Config::kHeadDim / vxqa::combine_slice_dims(plan.num_chunks))
+                                               : 0;
+  std::printf("\n## %s: chunk %d x %d, %d decode CTAs, %d combine CTAs, %d copies, graph %.2f us a step\n", shape.name,
+              plan.chunk_tokens, plan.num_chunks, decode_ctas, combine_ctas, copies, step_us);
+  std::printf("step | us from the step's first decode entry: min median max\n");
+
+  // Per step c >= 1 (step 0 follows the previous replay's last step, unstamped).
+  std::map<std::string, std::vector<double>> totals;  // medians over steps
+  for (int c = 1; c < copies; ++c) {
+    const Stamps& s = host[c];
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < decode_ctas; ++b)
+      if (s[b][0]) t0 = std::min(t0, s[b][0]);
+    auto us = [&](unsigned long long t) { return (double(t) - double(t0)) / 1000.0; };
+    std::vector<double> entry, released, work, first_tile, streamed, written, ramp, stream_time, rate;
+    std::map<unsigned, int> per_sm;
+    for (int b = 0; b < decode_ctas; ++b) {
+      if (!s[b][0]) continue;
+      entry.push_back(us(s[b][0]));
+      released.push_back(us(s[b][1]));
+      ++per_sm[sms[c][b]];
+      if (!s[b][2]) continue;  // no tokens
+      const int chunk = b % plan.num_chunks, seq = b / (plan.num_chunks * heads_y);
+      const int tokens = std::min(plan.chunk_tokens, p.seq_lens[seq] - chunk * plan.chunk_tokens);
+      work.push_back(us(s[b][2]));
+      first_tile.push_back(us(s[b][3]));
+      streamed.push_back(us(s[b][4]));
+      written.push_back(us(s[b][5]));
+      ramp.push_back((double(s[b][3]) - double(s[b][1])) / 1000.0);
+      stream_time.push_back((double(s[b][4]) - double(s[b][3])) / 1000.0);
+      if (tokens >= 4 * 16) rate.push_back(tokens * 2.0 * Config::kHeadDim / (double(s[b][4]) - double(s[b][1])));
+    }
+    std::vector<double> c_entry, c_released, c_written;
+    for (int b = 0; b < combine_ctas; ++b) {
+      if (!s[b][6]) continue;
+      c_entry.push_back(us(s[b][6]));
+      c_released.push_back(us(s[b][7]));
+      if (s[b][8]) c_written.push_back(us(s[b][8]));
+    }
+    const double end = c_written.empty() ? quantile(written, 1) : quantile(c_written, 1);
+    unsigned long long next_release = ~0ull;
+    if (c + 1 < copies)
+      for (int b = 0; b < decode_ctas; ++b)
+        if (host[c + 1][b][1]) next_release = std::min(next_release, host[c + 1][b][1]);
+    const double period = next_release != ~0ull ? us(next_release) - quantile(released, 0) : 0;
+    int most = 0, least = 1 << 30;
+    for (const auto& kv : per_sm) most = std::max(most, kv.second), least = std::min(least, kv.second);
+
+    std::printf("%d | decode entry   %s\n", c, spread(entry).c_str());
+    std::printf("%d | released       %s\n", c, spread(released).c_str());
+    std::printf("%d | length known   %s   (%zu CTAs with tokens)\n", c, spread(work).c_str(), work.size());
+    std::printf("%d | first tile     %s\n", c, spread(first_tile).c_str());
+    std::printf("%d | streamed       %s   p10 %.2f p90 %.2f\n", c, spread(streamed).c_str(), quantile(streamed, 0.1),
+                quantile(streamed, 0.9));
+    std::printf("%d | written        %s\n", c, spread(written).c_str());
+    if (!c_entry.empty()) {
+      std::printf("%d | combine entry  %s\n", c, spread(c_entry).c_str());
+      std::printf("%d | combine released %s\n", c, spread(c_released).c_str());
+      std::printf("%d | combine written  %s\n", c, spread(c_written).c_str());
+    }
+    std::printf("%d | a CTA: release -> first tile %s, first tile -> streamed %s, GB/s from release %s; "
+                "SMs %zu, CTAs an SM %d..%d; step ends %.2f, next step released %.2f after this one\n",
+                c, spread(ramp).c_str(), spread(stream_time).c_str(), spread(rate).c_str(), per_sm.size(), least, most,
+                end, period);
+    // How the stream ends: CTAs still streaming at fractions of the last one's end.
+    const double last = quantile(streamed, 1), firsts = quantile(first_tile, 0.5);
+    std::printf("%d | CTAs not yet streamed at", c);
+    for (double f : {0.5, 0.8, 0.9, 0.95, 0.98})
+      std::printf(" %.0f%% (%.1f us): %ld;", 100 * f, firsts + f * (last - firsts),
+                  std::count_if(streamed.begin(), streamed.end(), [&](double t) { return t > firsts + f * (last - firsts); }));
+    std::printf("\n");
+    totals["entry_spread"].push_back(quantile(entry, 1) - quantile(entry, 0));
+    totals["released_min"].push_back(quantile(released, 0));
+    totals["released_to_length"].push_back(quantile(work, 0.5) - quantile(released, 0.5));
+    totals["length_to_first_tile"].push_back(quantile(first_tile, 0.5) - quantile(work, 0.5));
+    totals["first_tile_median"].push_back(quantile(first_tile, 0.5));
+    totals["streamed_median"].push_back(quantile(streamed, 0.5));
+    totals["streamed_max"].push_back(quantile(streamed, 1));
+    totals["written_max"].push_back(quantile(written, 1));
+    if (!c_entry.empty()) {
+      totals["combine_released_min"].push_back(quantile(c_released, 0));
+      totals["combine_written_max"].push_back(quantile(c_written, 1));
+    }
+    totals["step_end"].push_back(end);
+    if (period > 0) totals["period"].push_back(period);
+  }
+  std::printf("summary (median over steps, us from the first decode entry):");
+  for (const auto& kv : totals) std::printf(" %s %.2f;", kv.first.c_str(), quantile(kv.second, 0.5));
+  std::printf("\n");
+  if (json) {
+    std::fprintf(json, "%s    {\"shape\": \"%s\", \"chunk_tokens\": %d, \"num_chunks\": %d, \"graph_us\": %.2f", first ? "" : ",\n",
+                 shape.name, plan.chunk_tokens, plan.num_chunks, step_us);
+    for (const auto& kv : totals) std::fprintf(json, ", \"%s\": %.3f", kv.first.c_str(), quantile(kv.second, 0.5));
+    std::fprintf(json, "}");
+  }
+
+  DEMO_CHECK(cudaGraphExecDestroy(exec));
+  DEMO_CHECK(cudaGraphDestroy(graph));
+  for (void* ptr : {static_cast<void*>(caches), static_cast<void*>(q), static_cast<void*>(out),
+                    static_cast<void*>(table), static_cast<void*>(lens), workspace})
+    DEMO_CHECK(cudaFree(ptr));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, commit = "unknown";
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (k == "--commit" && i + 1 < argc) commit = argv[++i];
+    else {
+      std::fprintf(stderr, "cta_timeline: unknown argument %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (!vxqa_demo::has_gpu()) {
+    std::printf("no CUDA device: timeline skipped\n");
+    return 0;
+  }
+  cudaStream_t stream;
+  DEMO_CHECK(cudaStreamCreate(&stream));
+  cudaDeviceProp prop{};
+  DEMO_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s (sm_%d%d), commit %s\n", prop.name, prop.major, prop.minor, commit.c_str());
+  FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+  if (json) std::fprintf(json, "{\n  \"device\": \"%s\",\n  \"commit\": \"%s\",\n  \"steps\": [\n", prop.name, commit.c_str());
+  const Shape shapes[] = {
+      {"B16 ragged ~17.8K, page 800", 16, 17800, 800, 6, 1, true},
+      {"B16 x 1K, page 800", 16, 1024, 800, 6, 1, false},
+      {"B1 x 64K, page 800", 1, 65536, 800, 6, 1, false},
+      {"B4 ragged ~32K, page 784", 4, 32768, 784, 6, 1, true},
+      {"TP1: G6 Hkv4 B16 x 16K, page 16", 16, 16384, 16, 6, 4, false},
+  };
+  bool first = true;
+  for (const Shape& s : shapes) {
+    run(s, stream, prop.l2CacheSize, json, first);
+    first = false;
+  }
+  if (json) {
+    std::fprintf(json, "\n  ]\n}\n");
+    std::fclose(json);
+  }
+  return 0;
+}
