@@ -38,7 +38,8 @@ struct DecodeCtaSm80 {
   static constexpr int kMTiles = Pv::kMTiles;
 
   // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
-  // order ([m-tile][element][lane], so the stores are conflict-free), then m and l of 8 heads.
+  // order ([m-tile][lane][element]: one 16-byte store or load a fragment, conflict-free),
+  // then m and l of 8 heads.
   static constexpr int kVTileOffset = Qk::Layout::kBytes;
   static constexpr int kMergeOBytes = kMTiles * 4 * 32 * 4;
   static_assert(kMergeOBytes + 16 * 4 <= Config::kSm80WarpBytes,
@@ -92,15 +93,12 @@ struct DecodeCtaSm80 {
     float* merge_ml = reinterpret_cast<float*>(warp_area + kMergeOBytes);
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) merge_o[(m * 4 + e) * 32 + lane] = o[m][e];
+      *reinterpret_cast<float4*>(merge_o + (m * 32 + lane) * 4) = make_float4(o[m][0], o[m][1], o[m][2], o[m][3]);
     const float l0 = softmax::head_sum(st.l[0]), l1 = softmax::head_sum(st.l[1]);
     if (mma::m16n8k16::group(lane) == 0) {  // lanes 0..3 hold heads 2t, 2t + 1
       const int t = mma::m16n8k16::thread_in_group(lane);
-      merge_ml[2 * t] = st.m[0];
-      merge_ml[2 * t + 1] = st.m[1];
-      merge_ml[8 + 2 * t] = l0;
-      merge_ml[8 + 2 * t + 1] = l1;
+      *reinterpret_cast<float2*>(merge_ml + 2 * t) = make_float2(st.m[0], st.m[1]);
+      *reinterpret_cast<float2*>(merge_ml + 8 + 2 * t) = make_float2(l0, l1);
     }
     __syncthreads();
     merge_and_write(a, smem, work, cta_bad_page);
@@ -181,23 +179,56 @@ struct DecodeCtaSm80 {
     }
   }
 
-  // Element (m-tile, element, lane) of every warp's O fragments, merged by their (m, l), in
-  // warp order; consecutive threads take consecutive fragment slots (conflict-free loads).
+  // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole
+  // fragments (an m-tile of one lane: heads 2t, 2t + 1, t = lane % 4, two dims each) of
+  // one lane, so its two heads' max, weights and sum are worked out once, and the fragments'
+  // loads are independent of one another: the CTA's tail is a few shared-memory round
+  // trips, not one a fragment element (docs/performance.md: 4.4 us a step before).
   VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
                                           bool bad_page) {
-    for (int i = threadIdx.x; i < kMTiles * 4 * 32; i += Config::kThreads) {
-      const int lane = i & 31, e = (i >> 5) & 3, m = i >> 7;
-      const int head = Pv::head_of(lane, e);
-      if (head >= work.heads) continue;
-      float mx = negative_infinity();
-      for (int w = 0; w < Config::kWarps; ++w) mx = softmax::max_keep_nan(mx, warp_ml(smem, w)[head]);
-      float l = 0.f, o = 0.f;
-      for (int w = 0; w < Config::kWarps; ++w) {
-        const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], mx);
-        l += warp_ml(smem, w)[8 + head] * weight;
-        o += warp_o(smem, w)[i] * weight;
+    constexpr int kFragments = kMTiles * 32;
+    constexpr int kWarps = Config::kWarps;
+    static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
+    const int lane = threadIdx.x & 31;
+    const int head0 = Pv::head_of(lane, 0);  // element e holds head head0 + (e & 1)
+    if (head0 >= work.heads) return;
+    float mx[2] = {negative_infinity(), negative_infinity()};
+    float2 warp_m[kWarps], warp_l[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + head0);
+      warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + 8 + head0);
+      mx[0] = softmax::max_keep_nan(mx[0], warp_m[w].x);
+      mx[1] = softmax::max_keep_nan(mx[1], warp_m[w].y);
+    }
+    float weight[kWarps][2], l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      weight[w][0] = softmax::rescale_factor(warp_m[w].x, mx[0]);
+      weight[w][1] = softmax::rescale_factor(warp_m[w].y, mx[1]);
+      l[0] += warp_l[w].x * weight[w][0];
+      l[1] += warp_l[w].y * weight[w][1];
+    }
+#pragma unroll 1
+    for (int j = 0; j < (kFragments + Config::kThreads - 1) / Config::kThreads; ++j) {
+      const int fragment = threadIdx.x + j * Config::kThreads, m = fragment / 32;
+      if (fragment >= kFragments) break;
+      float4 part[kWarps];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) part[w] = *reinterpret_cast<const float4*>(warp_o(smem, w) + fragment * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e & 1;
+        if (head0 + h >= work.heads) continue;
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const float x = e == 0 ? part[w].x : e == 1 ? part[w].y : e == 2 ? part[w].z : part[w].w;
+          o += x * weight[w][h];
+        }
+        store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head0 + h, Pv::dim_of(lane, m, e), mx[h], l[h], o,
+                                           bad_page);
       }
-      store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head, Pv::dim_of(lane, m, e), mx, l, o, bad_page);
     }
   }
 
