@@ -10,19 +10,20 @@
 #include <cstdint>
 
 namespace timeline {
-constexpr int kMaxCopies = 16, kMaxCtas = 8192, kPoints = 9;
+constexpr int kMaxCopies = 16, kMaxCtas = 8192, kPoints = 10;
 __device__ unsigned long long stamps[kMaxCopies][kMaxCtas][kPoints];
 __device__ unsigned decode_sm[kMaxCopies][kMaxCtas];
-// The cache copies lie in one allocation, `stride` bytes apart: a step's K pointer names it.
-__device__ const unsigned char* cache_base;
-__device__ long long cache_stride;
+// The cache copies lie in one allocation, 2^copy_shift bytes apart: a step's K pointer
+// names its copy with a subtraction and a shift of constants (a probe must cost little).
+__constant__ const unsigned char* cache_base;
+__constant__ int copy_shift;
 
 template <class Args>
 __device__ __forceinline__ void probe(const Args& a, int point) {
   if (threadIdx.x != 0) return;
   unsigned long long now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  const long long copy = (static_cast<const unsigned char*>(a.kv.k) - cache_base) / cache_stride;
+  const long long copy = (static_cast<const unsigned char*>(a.kv.k) - cache_base) >> copy_shift;
   const long long cta = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
   if (copy < 0 || copy >= kMaxCopies || cta >= kMaxCtas) return;
   stamps[copy][cta][point] = now;
@@ -102,14 +103,16 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
 
   // At least two copies, so that every step but the first follows a step of its own.
   const int copies = std::min(timeline::kMaxCopies, std::max(2, int(4.0 * l2_bytes / p.cache.size()) + 1));
-  const long long stride = (static_cast<long long>(p.cache.size()) + 4095) / 4096 * 4096;
+  int shift = 12;
+  while ((1ll << shift) < static_cast<long long>(p.cache.size())) ++shift;
+  const long long stride = 1ll << shift;
   unsigned char* caches;
   DEMO_CHECK(cudaMalloc(&caches, stride * copies));
   for (int i = 0; i < copies; ++i)
     DEMO_CHECK(cudaMemcpy(caches + i * stride, p.cache.data(), p.cache.size(), cudaMemcpyHostToDevice));
   const unsigned char* base = caches;
   DEMO_CHECK(cudaMemcpyToSymbol(timeline::cache_base, &base, sizeof base));
-  DEMO_CHECK(cudaMemcpyToSymbol(timeline::cache_stride, &stride, sizeof stride));
+  DEMO_CHECK(cudaMemcpyToSymbol(timeline::copy_shift, &shift, sizeof shift));
   uint16_t *q, *out;
   int32_t *table, *lens;
   DEMO_CHECK(cudaMalloc(&q, p.q.size() * 2));
@@ -171,7 +174,7 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
     for (int b = 0; b < decode_ctas; ++b)
       if (s[b][0]) t0 = std::min(t0, s[b][0]);
     auto us = [&](unsigned long long t) { return (double(t) - double(t0)) / 1000.0; };
-    std::vector<double> entry, released, work, first_tile, streamed, written, ramp, stream_time, rate;
+    std::vector<double> entry, released, work, first_tile, streamed, gathered, written, ramp, stream_time, rate;
     std::map<unsigned, int> per_sm;
     for (int b = 0; b < decode_ctas; ++b) {
       if (!s[b][0]) continue;
@@ -184,17 +187,18 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
       work.push_back(us(s[b][2]));
       first_tile.push_back(us(s[b][3]));
       streamed.push_back(us(s[b][4]));
-      written.push_back(us(s[b][5]));
+      gathered.push_back(us(s[b][5]));
+      written.push_back(us(s[b][6]));
       ramp.push_back((double(s[b][3]) - double(s[b][1])) / 1000.0);
       stream_time.push_back((double(s[b][4]) - double(s[b][3])) / 1000.0);
       if (tokens >= 4 * 16) rate.push_back(tokens * 2.0 * Config::kHeadDim / (double(s[b][4]) - double(s[b][1])));
     }
     std::vector<double> c_entry, c_released, c_written;
     for (int b = 0; b < combine_ctas; ++b) {
-      if (!s[b][6]) continue;
-      c_entry.push_back(us(s[b][6]));
-      c_released.push_back(us(s[b][7]));
-      if (s[b][8]) c_written.push_back(us(s[b][8]));
+      if (!s[b][7]) continue;
+      c_entry.push_back(us(s[b][7]));
+      c_released.push_back(us(s[b][8]));
+      if (s[b][9]) c_written.push_back(us(s[b][9]));
     }
     const double end = c_written.empty() ? quantile(written, 1) : quantile(c_written, 1);
     unsigned long long next_release = ~0ull;
@@ -211,6 +215,7 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
     std::printf("%d | first tile     %s\n", c, spread(first_tile).c_str());
     std::printf("%d | streamed       %s   p10 %.2f p90 %.2f\n", c, spread(streamed).c_str(), quantile(streamed, 0.1),
                 quantile(streamed, 0.9));
+    std::printf("%d | gathered       %s\n", c, spread(gathered).c_str());
     std::printf("%d | written        %s\n", c, spread(written).c_str());
     if (!c_entry.empty()) {
       std::printf("%d | combine entry  %s\n", c, spread(c_entry).c_str());
@@ -236,6 +241,8 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
     totals["streamed_median"].push_back(quantile(streamed, 0.5));
     totals["streamed_max"].push_back(quantile(streamed, 1));
     totals["written_max"].push_back(quantile(written, 1));
+    totals["streamed_to_gathered"].push_back(quantile(gathered, 0.5) - quantile(streamed, 0.5));
+    totals["gathered_to_written"].push_back(quantile(written, 0.5) - quantile(gathered, 0.5));
     if (!c_entry.empty()) {
       totals["combine_released_min"].push_back(quantile(c_released, 0));
       totals["combine_written_max"].push_back(quantile(c_written, 1));

@@ -49,6 +49,7 @@ enum TimelinePoint : int {
   kProbeDecodeWork,       // the sequence length is known and the CTA has tokens
   kProbeDecodeFirstTile,  // warp 0's first tile has landed in shared memory
   kProbeDecodeStreamed,   // every warp is done with its tiles
+  kProbeDecodeGathered,   // every warp's (m, l, O) is in shared memory for the merge
   kProbeDecodeWritten,    // thread 0's outputs are stored
   kProbeCombineEntry,
   kProbeCombineReleased,

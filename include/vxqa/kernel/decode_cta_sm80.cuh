@@ -46,10 +46,19 @@ struct DecodeCtaSm80 {
                 "DecodeCtaSm80: a warp's merge area must fit in its stages");
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
+    // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
+    // lies in one page: one block-table id a tile, and strided copies.
+    const bool one_page = Config::kPageSize != 0 ? Config::kPageSize % Geometry::kTokens == 0
+                                                 : a.page_size % Geometry::kTokens == 0;
+    int32_t first_ids[kStages] = {};
+    if (one_page && int(blockIdx.z) < a.batch)
+      load_first_page_ids(a, view.sequence(blockIdx.z, blockIdx.y / a.m_tiles), warp, first_ids);
+
     CtaWork work;
     if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWork);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
 
     // The lane's B-fragment head is lane / 4; padded heads get Q = 0 and are not written.
@@ -60,7 +69,6 @@ struct DecodeCtaSm80 {
     const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
 
     const Tiles tiles(work.begin, work.end, warp);
-    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(work.seq_index, work.kv_head);
 
     softmax::HeadPairState st = softmax::empty_head_pair();
@@ -71,14 +79,13 @@ struct DecodeCtaSm80 {
       for (int e = 0; e < 4; ++e) o[m][e] = 0.f;
     bool bad_page = false;
     if (tiles.count > 0) {
-      // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
-      // lies in one page: one block-table id a tile, and strided copies.
       if constexpr (Config::kPageSize != 0) {
-        stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
-      } else if (a.page_size % Geometry::kTokens == 0) {
-        stream<true>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
+        stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, first_ids, qf, warp_area, st, o,
+                                                           bad_page);
+      } else if (one_page) {
+        stream<true>(a, work, tiles, seq, first_ids, qf, warp_area, st, o, bad_page);
       } else {
-        stream<false>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
+        stream<false>(a, work, tiles, seq, first_ids, qf, warp_area, st, o, bad_page);
       }
     }
     arch::launch_dependents();  // the combine may start launching: it waits for our partials
@@ -101,6 +108,7 @@ struct DecodeCtaSm80 {
       *reinterpret_cast<float2*>(merge_ml + 8 + 2 * t) = make_float2(l0, l1);
     }
     __syncthreads();
+    VXQA_TIMELINE_PROBE(a, kProbeDecodeGathered);
     merge_and_write(a, smem, work, cta_bad_page);
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWritten);
   }
@@ -108,22 +116,27 @@ struct DecodeCtaSm80 {
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
   // consumed. kOnePage: each tile lies in one page (its row 0 offset is the same on every
   // lane); else lane r < 16 holds the offset of row r.
+  // kOnePage: first_ids are the page ids of tiles 0 .. kStages - 1 (load_first_page_ids).
   template <bool kOnePage>
   VXQA_DEVICE static void stream(const DecodeKernelArgs& a, const CtaWork& work, const Tiles& tiles, const Sequence& seq,
-                                 const typename Qk::QFragments& qf, uint8_t* warp_area, softmax::HeadPairState& st,
-                                 float (&o)[kMTiles][4], bool& bad_page) {
+                                 const int32_t (&first_ids)[kStages], const typename Qk::QFragments& qf,
+                                 uint8_t* warp_area, softmax::HeadPairState& st, float (&o)[kMTiles][4],
+                                 bool& bad_page) {
     const int lane = threadIdx.x & 31;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
     const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
+    // kOnePage: tile j's row 0, with its page id loaded by the caller.
+    auto one_page_offset = [&](int j, int32_t id) -> int64_t {
+      if (j >= tiles.count) return 0;
+      if constexpr (Config::kChecksPageIds) {
+        return seq.checked_row_offset(uint32_t(tiles.start(j)), id, a.num_pages, bad_page);
+      } else {
+        return seq.row_offset(uint32_t(tiles.start(j)), id);
+      }
+    };
     auto offset_of = [&](int j) -> int64_t {
       if constexpr (kOnePage) {
-        if (j >= tiles.count) return 0;
-        const uint32_t token = uint32_t(tiles.start(j));
-        if constexpr (Config::kChecksPageIds) {
-          return seq.checked_row_offset(token, a.num_pages, bad_page);
-        } else {
-          return seq.row_offset(token);
-        }
+        return j < tiles.count ? one_page_offset(j, seq.page_id(uint32_t(tiles.start(j)))) : 0;
       } else {
         return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
       }
@@ -145,9 +158,9 @@ struct DecodeCtaSm80 {
     };
 
 #pragma unroll
-    for (int j = 0; j < kStages - 1; ++j) issue(j, offset_of(j), j);
+    for (int j = 0; j < kStages - 1; ++j) issue(j, kOnePage ? one_page_offset(j, first_ids[j]) : offset_of(j), j);
     // The block-table lookup of a tile is done one iteration before its copies are issued.
-    int64_t offset_ahead = offset_of(kStages - 1);
+    int64_t offset_ahead = kOnePage ? one_page_offset(kStages - 1, first_ids[kStages - 1]) : offset_of(kStages - 1);
     int use = 0, fill = kStages - 1;  // stages of tile j and of tile j + S - 1
     for (int j = 0; j < tiles.count; ++j) {
       __syncwarp();  // every lane is done with stage (j - 1): refill it with tile j + S - 1
@@ -176,6 +189,21 @@ struct DecodeCtaSm80 {
       Pv::run(stage(use) + kVTileOffset, p, o);
       use = next(use);
       fill = next(fill);
+    }
+  }
+
+  // The page ids of the warp's first kStages tiles (one-page path), loaded before the
+  // sequence length is known, so that the two round trips overlap instead of following one
+  // another on every CTA's way to its first copies. Only tokens below max_context are
+  // looked up, whose pages the table row holds (validate: max_pages_per_seq pages cover
+  // max_context); the ids of tiles at or past the length are loaded, never used.
+  VXQA_DEVICE static void load_first_page_ids(const DecodeKernelArgs& a, const Sequence& seq, int warp,
+                                              int32_t (&ids)[kStages]) {
+    const int begin = int(blockIdx.x) * a.chunk_tokens;  // the chunk's first token (find_cta_work)
+#pragma unroll
+    for (int j = 0; j < kStages; ++j) {
+      const int in_chunk = (warp + j * Config::kWarps) * Geometry::kTokens;  // Tiles::start(j) - begin
+      if (in_chunk < a.chunk_tokens && begin + in_chunk < a.max_context) ids[j] = seq.page_id(uint32_t(begin + in_chunk));
     }
   }
 
