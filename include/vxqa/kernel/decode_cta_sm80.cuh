@@ -210,55 +210,81 @@ struct DecodeCtaSm80 {
   // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole
   // fragments (an m-tile of one lane: heads 2t, 2t + 1, t = lane % 4, two dims each) of
   // one lane, so its two heads' max, weights and sum are worked out once, and the fragments'
-  // loads are independent of one another: the CTA's tail is a few shared-memory round
-  // trips, not one a fragment element (docs/performance.md: 4.4 us a step before).
-  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
+  // loads are independent of one another. The merged heads are staged in shared memory as
+  // rows, so that the stores to global memory are contiguous: stored from the fragments,
+  // each warp store touched 32 sectors (docs/performance.md: the CTA's tail was 4.4 us).
+  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, uint8_t* smem, const CtaWork& work,
                                           bool bad_page) {
     constexpr int kFragments = kMTiles * 32;
     constexpr int kWarps = Config::kWarps;
     static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
+    float* rows = merged_rows(smem);
     const int lane = threadIdx.x & 31;
     const int head0 = Pv::head_of(lane, 0);  // element e holds head head0 + (e & 1)
-    if (head0 >= work.heads) return;
-    float mx[2] = {negative_infinity(), negative_infinity()};
-    float2 warp_m[kWarps], warp_l[kWarps];
+    if (head0 < work.heads) {
+      float mx[2] = {negative_infinity(), negative_infinity()};
+      float2 warp_m[kWarps], warp_l[kWarps];
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + head0);
-      warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + 8 + head0);
-      mx[0] = softmax::max_keep_nan(mx[0], warp_m[w].x);
-      mx[1] = softmax::max_keep_nan(mx[1], warp_m[w].y);
-    }
-    float weight[kWarps][2], l[2] = {0.f, 0.f};
+      for (int w = 0; w < kWarps; ++w) {
+        warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + head0);
+        warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + 8 + head0);
+        mx[0] = softmax::max_keep_nan(mx[0], warp_m[w].x);
+        mx[1] = softmax::max_keep_nan(mx[1], warp_m[w].y);
+      }
+      float weight[kWarps][2], l[2] = {0.f, 0.f};
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      weight[w][0] = softmax::rescale_factor(warp_m[w].x, mx[0]);
-      weight[w][1] = softmax::rescale_factor(warp_m[w].y, mx[1]);
-      l[0] += warp_l[w].x * weight[w][0];
-      l[1] += warp_l[w].y * weight[w][1];
-    }
+      for (int w = 0; w < kWarps; ++w) {
+        weight[w][0] = softmax::rescale_factor(warp_m[w].x, mx[0]);
+        weight[w][1] = softmax::rescale_factor(warp_m[w].y, mx[1]);
+        l[0] += warp_l[w].x * weight[w][0];
+        l[1] += warp_l[w].y * weight[w][1];
+      }
 #pragma unroll 1
-    for (int j = 0; j < (kFragments + Config::kThreads - 1) / Config::kThreads; ++j) {
-      const int fragment = threadIdx.x + j * Config::kThreads, m = fragment / 32;
-      if (fragment >= kFragments) break;
-      float4 part[kWarps];
+      for (int j = 0; j < (kFragments + Config::kThreads - 1) / Config::kThreads; ++j) {
+        const int fragment = threadIdx.x + j * Config::kThreads, m = fragment / 32;
+        if (fragment >= kFragments) break;
+        float4 part[kWarps];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) part[w] = *reinterpret_cast<const float4*>(warp_o(smem, w) + fragment * 4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e & 1;
-        if (head0 + h >= work.heads) continue;
-        float o = 0.f;
+        for (int w = 0; w < kWarps; ++w) part[w] = *reinterpret_cast<const float4*>(warp_o(smem, w) + fragment * 4);
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
-          const float x = e == 0 ? part[w].x : e == 1 ? part[w].y : e == 2 ? part[w].z : part[w].w;
-          o += x * weight[w][h];
+          o[0] += part[w].x * weight[w][0];
+          o[1] += part[w].y * weight[w][1];
+          o[2] += part[w].z * weight[w][0];
+          o[3] += part[w].w * weight[w][1];
         }
-        store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head0 + h, Pv::dim_of(lane, m, e), mx[h], l[h], o,
-                                           bad_page);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // elements h and h + 2: dims d and d + 1 of head head0 + h
+          if (head0 + h >= work.heads) continue;
+          const int dim = Pv::dim_of(lane, m, h);
+          *reinterpret_cast<float2*>(rows + (head0 + h) * kRowPitch + dim) =
+              make_float2(head_value(a, work, l[h], o[h], bad_page), head_value(a, work, l[h], o[h + 2], bad_page));
+          if (dim == 0) store_head_stats(a, work, work.q_head0 + head0 + h, mx[h], l[h], bad_page);
+        }
+      }
+    }
+    __syncthreads();
+    // Two dims a thread, consecutive threads on consecutive dims of a head.
+    for (int i = threadIdx.x; i < work.heads * kD / 2; i += Config::kThreads) {
+      const int head = i / (kD / 2), dim = i % (kD / 2) * 2;
+      const float2 value = *reinterpret_cast<const float2*>(rows + head * kRowPitch + dim);
+      if (a.num_chunks == 1) {
+        store_head_value<kD, Config::kQo>(a, work, work.q_head0 + head, dim, value.x);
+        store_head_value<kD, Config::kQo>(a, work, work.q_head0 + head, dim + 1, value.y);
+      } else {
+        *reinterpret_cast<float2*>(a.partial_o + partial_slot(a, work, work.q_head0 + head) * kD + dim) = value;
       }
     }
   }
+
+  // The merged heads' rows (fp32, kRowPitch apart: the fragments' 8-byte stores meet two
+  // ways at most in a bank), in warp 0's stages after its merge area.
+  static constexpr int kRowPitch = kD + 2;
+  static constexpr int kRowsOffset = kMergeOBytes + 16 * 4;
+  static_assert(kRowsOffset + 8 * kRowPitch * 4 <= Config::kSm80WarpBytes,
+                "DecodeCtaSm80: the merged rows must fit in warp 0's stages");
+  VXQA_DEVICE static float* merged_rows(uint8_t* smem) { return reinterpret_cast<float*>(smem + kRowsOffset); }
 
   VXQA_DEVICE static const float* warp_o(const uint8_t* smem, int w) {
     return reinterpret_cast<const float*>(smem + w * Config::kSm80WarpBytes);
