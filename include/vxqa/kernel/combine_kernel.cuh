@@ -72,27 +72,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   uint16_t* out = static_cast<uint16_t*>(a.out) + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
   float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
-  // The length, and the partials of this thread's first chunks, are loaded at once: the
-  // partials of the plan's chunks all lie in the workspace, and those past the sequence's
-  // end (never written this step, maybe garbage) are masked once the length is known. The O
-  // of a stream's first kUnroll chunks does not depend on the max either, so its latency
-  // overlaps the length's and the LSEs' (a short step's critical path).
   const int len = a.seq_lens[seq_index];
-  const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
-  const float* chunk_lse = a.partial_lse + first;
-  const int stream = threadIdx.x / Shape::kThreadsPerChunk, pair = threadIdx.x % Shape::kThreadsPerChunk;
-  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + pair;
-  constexpr int kStride = kHeadDim / 2, kStep = Shape::kStreams;  // float2s between chunks
-  float2 early[Shape::kUnroll];
-#pragma unroll
-  for (int u = 0; u < Shape::kUnroll; ++u) {
-    const int c = stream + u * kStep;
-    early[u] = c < a.num_chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
-  }
-  const bool has_first = threadIdx.x < a.num_chunks;
-  const float first_lse = has_first ? chunk_lse[threadIdx.x] : negative_infinity();
-  const uint32_t first_errors = reports && has_first ? a.chunk_errors[first + threadIdx.x] : 0u;
-
   if (!length_is_valid(len, a)) {
     if (reports && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
     if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
@@ -100,11 +80,24 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     return;
   }
   const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
+  const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
+  const float* chunk_lse = a.partial_lse + first;
 
-  const bool first_live = threadIdx.x < chunks;
-  float local_max = first_live ? first_lse : negative_infinity();
-  uint32_t local_errors = first_live ? first_errors : 0u;
-  for (int c = threadIdx.x + kCombineThreads; c < chunks; c += kCombineThreads) {
+  // The O of this stream's first kUnroll chunks is loaded before the reductions: it does not
+  // depend on the max, so its latency overlaps theirs (a short step's critical path).
+  const int stream = threadIdx.x / Shape::kThreadsPerChunk, pair = threadIdx.x % Shape::kThreadsPerChunk;
+  const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + pair;
+  constexpr int kStride = kHeadDim / 2, kStep = Shape::kStreams;  // float2s between chunks
+  float2 early[Shape::kUnroll];
+#pragma unroll
+  for (int u = 0; u < Shape::kUnroll; ++u) {
+    const int c = stream + u * kStep;
+    early[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
+  }
+
+  float local_max = negative_infinity();
+  uint32_t local_errors = 0u;
+  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) {
     local_max = softmax::max_keep_nan(local_max, chunk_lse[c]);
     if (reports) local_errors |= a.chunk_errors[first + c];
   }

@@ -125,21 +125,11 @@ class PagedKvSequence {
   // Physical page holding logical page `page` of this sequence (one block-table load).
   VXQA_HD int32_t physical_page(uint32_t page) const { return table_row_[page]; }
 
-  // The block-table id of the page holding `token` (one load).
-  VXQA_HD int32_t page_id(uint32_t token) const {
-    uint32_t page, slot;
-    page_size_.divmod(token, page, slot);
-    return physical_page(page);
-  }
-
   // Byte offset of the token's row from the K base (and from the V base).
-  VXQA_HD int64_t row_offset(uint32_t token) const { return row_offset(token, page_id(token)); }
-
-  // The same, with the token's page id `id` (page_id(token)) loaded earlier.
-  VXQA_HD int64_t row_offset(uint32_t token, int32_t id) const {
+  VXQA_HD int64_t row_offset(uint32_t token) const {
     uint32_t page, slot;
     page_size_.divmod(token, page, slot);
-    return head_offset_ + int64_t(id) * page_bytes_ + int64_t(slot) * token_bytes_;
+    return head_offset_ + int64_t(physical_page(page)) * page_bytes_ + int64_t(slot) * token_bytes_;
   }
   VXQA_HD const uint8_t* k_row(uint32_t token) const { return k_ + row_offset(token); }
   VXQA_HD const uint8_t* v_row(uint32_t token) const { return v_ + row_offset(token); }
@@ -148,15 +138,14 @@ class PagedKvSequence {
   // [0, num_pages), sets `bad` and returns the offset of this head's row 0 of page 0, which
   // is inside the pool (num_pages >= 1), so the caller's load stays in bounds.
   VXQA_HD int64_t checked_row_offset(uint32_t token, int num_pages, bool& bad) const {
-    return checked_row_offset(token, page_id(token), num_pages, bad);
-  }
-  // The same, with the token's page id `id` (page_id(token)) loaded earlier.
-  VXQA_HD int64_t checked_row_offset(uint32_t token, int32_t id, int num_pages, bool& bad) const {
+    uint32_t page, slot;
+    page_size_.divmod(token, page, slot);
+    const int32_t id = physical_page(page);
     if (static_cast<uint32_t>(id) >= static_cast<uint32_t>(num_pages)) {  // also id < 0
       bad = true;
       return head_offset_;
     }
-    return row_offset(token, id);
+    return head_offset_ + int64_t(id) * page_bytes_ + int64_t(slot) * token_bytes_;
   }
 
   VXQA_HD PagedKvIterator<kPageSize, kElemBytes> iterate(uint32_t begin, uint32_t end) const {
