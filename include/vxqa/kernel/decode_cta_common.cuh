@@ -76,32 +76,66 @@ VXQA_DEVICE PageSize<kPageSize> cta_page_size(const DecodeKernelArgs& a) {
   }
 }
 
-// Writes element `dim` of query head `q_head` (and its LSE, at dim 0) from the CTA's merged
-// (m, l, o): base-2 m, l = the sum of P, o = the unnormalised output. With several chunks
-// the chunk's partial, and its error word.
+// What a CTA writes for a head from its merged (m, l, o): base-2 m, l = the sum of P, o =
+// the unnormalised output. head_value is an element's value: with one chunk the output, with
+// several the chunk's partial O; store_head_value puts it where it goes;
+// store_head_stats the head's LSE (one chunk, when asked for) or the chunk's partial LSE
+// and error word.
+VXQA_DEVICE float head_value(const DecodeKernelArgs& a, const CtaWork& w, float l, float o, bool bad_page) {
+  const float nan = quiet_nan();
+  // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
+  if (a.num_chunks == 1) return bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
+  return bad_page ? nan : l == 0.f ? 0.f : o / l;
+}
+
+// head_value with the division done once a head, by whoever calls it many times:
+// `inv_l` = 1 / l (times the V scale with one chunk). An element then costs a multiply and
+// no division's branches; the result may differ from head_value's in the last bit.
+VXQA_DEVICE float head_value_by_inverse(const DecodeKernelArgs& a, const CtaWork& w, float l, float inv_l, float o,
+                                        bool bad_page) {
+  const float nan = quiet_nan();
+  // l = 0 with live tokens: o = 0, and 0 * inf = NaN, as 0 / 0.
+  if (a.num_chunks == 1) return bad_page ? nan : w.live() ? o * inv_l : 0.f;
+  return bad_page ? nan : l == 0.f ? 0.f : o * inv_l;
+}
+
+// The chunk's slot of query head `q_head` in the partials (several chunks).
+VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, int q_head) {
+  return (int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head) * a.num_chunks + w.chunk;
+}
+
+template <int kHeadDim, ActType kOut>
+VXQA_DEVICE void store_head_value(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float value) {
+  if (a.num_chunks == 1) {
+    store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
+  } else {
+    a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = value;
+  }
+}
+
+VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, int q_head, float m, float l,
+                                  bool bad_page) {
+  const float nan = quiet_nan();
+  if (a.num_chunks == 1) {
+    if (a.lse) {
+      const float lse = bad_page ? nan : !w.live() ? negative_infinity()
+                                       : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
+      a.lse[int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head] = lse;
+    }
+  } else {
+    const int64_t slot = partial_slot(a, w, q_head);
+    a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
+    // Written whatever its value (the workspace may hold garbage): the combine ORs it in.
+    a.chunk_errors[slot] = bad_page ? uint32_t(kDecodeErrorBadPage) : 0u;
+  }
+}
+
+// Element `dim` of query head `q_head`, and at dim 0 the head's stats.
 template <int kHeadDim, ActType kOut>
 VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
                                    float l, float o, bool bad_page) {
-  const int q_heads = a.num_kv_heads * a.group_size;
-  const float nan = quiet_nan();
-  if (a.num_chunks == 1) {
-    // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
-    const float value = bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
-    store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
-    if (dim == 0 && a.lse) {
-      const float lse = bad_page ? nan : !w.live() ? negative_infinity()
-                                       : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
-      a.lse[int64_t(w.seq_index) * q_heads + q_head] = lse;
-    }
-  } else {
-    const int64_t slot = (int64_t(w.seq_index) * q_heads + q_head) * a.num_chunks + w.chunk;
-    a.partial_o[slot * kHeadDim + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
-    if (dim == 0) {
-      a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
-      // Written whatever its value (the workspace may hold garbage): the combine ORs it in.
-      a.chunk_errors[slot] = bad_page ? uint32_t(kDecodeErrorBadPage) : 0u;
-    }
-  }
+  store_head_value<kHeadDim, kOut>(a, w, q_head, dim, head_value(a, w, l, o, bad_page));
+  if (dim == 0) store_head_stats(a, w, q_head, m, l, bad_page);
 }
 
 template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>

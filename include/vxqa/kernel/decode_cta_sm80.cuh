@@ -210,6 +210,10 @@ struct DecodeCtaSm80 {
       l[0] += warp_l[w].x * weight[w][0];
       l[1] += warp_l[w].y * weight[w][1];
     }
+    // One division a head, not one an element (ncu: the divisions' dependent chains and
+    // branches were most of the CTA's tail).
+    const float out_scale = a.num_chunks == 1 ? v_scale_of(a) : 1.f;
+    const float inv_l[2] = {out_scale / l[0], out_scale / l[1]};
 #pragma unroll 1
     for (int j = 0; j < (kFragments + Config::kThreads - 1) / Config::kThreads; ++j) {
       const int fragment = threadIdx.x + j * Config::kThreads, m = fragment / 32;
@@ -227,8 +231,10 @@ struct DecodeCtaSm80 {
           const float x = e == 0 ? part[w].x : e == 1 ? part[w].y : e == 2 ? part[w].z : part[w].w;
           o += x * weight[w][h];
         }
-        store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head0 + h, Pv::dim_of(lane, m, e), mx[h], l[h], o,
-                                           bad_page);
+        const int q_head = work.q_head0 + head0 + h, dim = Pv::dim_of(lane, m, e);
+        store_head_value<kD, Config::kQo>(a, work, q_head, dim,
+                                          head_value_by_inverse(a, work, l[h], inv_l[h], o, bad_page));
+        if (dim == 0) store_head_stats(a, work, q_head, mx[h], l[h], bad_page);
       }
     }
   }
