@@ -30,6 +30,7 @@
 #include <vxqa/vxqa.cuh>
 #include <vxqa/testing/problem_params.cuh>
 #include "../examples/gpu_timing.cuh"
+#include "bench_shapes.cuh"
 
 namespace {
 
@@ -61,11 +62,7 @@ std::string experiment_name() {
   return std::to_string(Config::kWarps) + " warps, " + std::to_string(Config::kSm80Stages) + " stages";
 }
 
-struct Shape {
-  const char* name;
-  int batch, context, page, group, kv_heads;
-  bool ragged;
-};
+using vxqa_bench::Shape;
 
 struct Result {
   Shape shape;
@@ -77,14 +74,6 @@ struct Result {
   std::vector<int32_t> lens;  // so a peer can run the same lengths
 };
 
-std::vector<int32_t> lengths(const Shape& s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> jitter(-s.context / 20, s.context / 20);
-  std::vector<int32_t> v(s.batch, s.context);
-  if (s.ragged)
-    for (auto& len : v) len = std::max(1, s.context + jitter(rng));
-  return v;
-}
 
 // The pieces a decode step can be made of, each launched plainly or left out: where a step's
 // fixed costs lie (--breakdown). The decode kernel is never a dependent launch here and the
@@ -141,18 +130,7 @@ std::vector<Breakdown> breakdowns;
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
                  int chunk_tokens = 0, std::string name = "", bool breakdown = false) {
-  vxqa::reference::RandomProblemOptions po;
-  po.batch = shape.batch;
-  po.kv_heads = shape.kv_heads;
-  po.group = shape.group;
-  po.head_dim = Config::kHeadDim;
-  po.page_size = shape.page;
-  po.format = vxqa::reference::KvFormat::kE5M2;
-  po.seq_lens = lengths(shape, 7);
-  po.layout = vxqa::reference::CacheLayout::kVllm;
-  po.stride_align = 16;
-  po.spare_pages = 0;
-  const auto p = vxqa::reference::make_random_problem(po, 11);
+  const auto p = vxqa_bench::make_problem(shape, Config::kHeadDim);
   long long tokens = 0;
   int max_len = 1;
   for (int len : p.seq_lens) tokens += len, max_len = std::max(max_len, len);
@@ -334,15 +312,8 @@ int main(int argc, char** argv) {
   DEMO_CHECK(cudaGetDeviceProperties(&prop, 0));
   const double copy = vxqa_demo::copy_bandwidth_gbs(stream);
 
-  const Shape shapes[] = {
-      {"B16 ragged ~17.8K, page 800", 16, 17800, 800, 6, 1, true},
-      {"B16 ragged ~17.8K, page 16", 16, 17800, 16, 6, 1, true},
-      {"B1 x 64K, page 800", 1, 65536, 800, 6, 1, false},
-      {"B16 x 1K, page 800", 16, 1024, 800, 6, 1, false},
-      {"B4 ragged ~32K, page 784", 4, 32768, 784, 6, 1, true},
-      {"TP1: G6 Hkv4 B16 x 16K, page 16", 16, 16384, 16, 6, 4, false},
-  };
-  const Shape d128{"D128 G8 Hkv2 B8 ragged ~8K, page 16", 8, 8192, 16, 8, 2, true};  // the D = 128 Config's
+  const Shape* shapes = vxqa_bench::kShapes;
+  const Shape d128 = vxqa_bench::kD128Shape;  // the D = 128 Config's
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
   std::vector<AppendResult> appends;
@@ -365,7 +336,7 @@ int main(int argc, char** argv) {
   } else if (mode == "plans") {  // the default plan against the rule it replaced
     auto compare = [&](auto config, const Shape& s) {
       using C = decltype(config);
-      const std::vector<int32_t> lens = lengths(s, 7);  // the lengths run_shape makes
+      const std::vector<int32_t> lens = vxqa_bench::lengths(s);  // the lengths run_shape makes
       const int longest = *std::max_element(lens.begin(), lens.end());
       const int head_tiles = s.kv_heads * ((s.group + C::kHeadsPerCta - 1) / C::kHeadsPerCta);
       // Until ae8adf4: the largest chunk of at least 2 CTA rounds that gave one CTA a slot.
@@ -375,7 +346,7 @@ int main(int argc, char** argv) {
       results.push_back(run_shape<C>(s, stream, sms, l2, copy, before,
                                      "previous rule: " + std::to_string(before) + "-token chunks"));
     };
-    for (const Shape& s : shapes) compare(E5m2(), s);
+    for (const Shape& s : vxqa_bench::kShapes) compare(E5m2(), s);
     compare(E5m2D128(), d128);
   } else if (mode == "ramp") {  // one wave of CTAs, each one chunk long: a CTA's fixed cost
     static std::list<std::string> names;  // Shape keeps a pointer to its name
@@ -407,13 +378,13 @@ int main(int argc, char** argv) {
     for (int i : {0, 2, 3, 4, 5}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, 0, "", true));
   } else if (mode == "profile") {  // one shape, for ncu
-    if (profile_shape < 0 || profile_shape >= int(sizeof shapes / sizeof shapes[0])) {
-      std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", int(sizeof shapes / sizeof shapes[0]) - 1);
+    if (profile_shape < 0 || profile_shape >= vxqa_bench::kShapeCount) {
+      std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", vxqa_bench::kShapeCount - 1);
       return 2;
     }
     results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
   } else {
-    for (const Shape& s : shapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
+    for (const Shape& s : vxqa_bench::kShapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy));
     for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
     // Two stages a warp: 67 KB a CTA, so 3 CTAs share an sm_90 SM (12 warps) instead of 2.
