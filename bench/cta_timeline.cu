@@ -39,6 +39,7 @@ __device__ __forceinline__ void probe(const Args& a, int point) {
 
 #include <cuda_fp16.h>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -151,6 +152,7 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
     auto us = [&](unsigned long long t) { return (double(t) - double(t0)) / 1000.0; };
     std::vector<double> entry, released, work, first_tile, streamed, gathered, written, ramp, stream_time, rate;
     std::map<unsigned, int> per_sm;
+    std::map<unsigned, std::vector<double>> sm_rates;  // GB/s of the CTAs of each SM
     for (int b = 0; b < decode_ctas; ++b) {
       if (!s[b][0]) continue;
       entry.push_back(us(s[b][0]));
@@ -166,7 +168,10 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
       written.push_back(us(s[b][6]));
       ramp.push_back((double(s[b][3]) - double(s[b][1])) / 1000.0);
       stream_time.push_back((double(s[b][4]) - double(s[b][3])) / 1000.0);
-      if (tokens >= 4 * 16) rate.push_back(tokens * 2.0 * Config::kHeadDim / (double(s[b][4]) - double(s[b][1])));
+      if (tokens >= 4 * 16) {
+        rate.push_back(tokens * 2.0 * Config::kHeadDim / (double(s[b][4]) - double(s[b][1])));
+        sm_rates[sms[c][b]].push_back(rate.back());
+      }
     }
     std::vector<double> c_entry, c_released, c_written;
     for (int b = 0; b < combine_ctas; ++b) {
@@ -201,6 +206,19 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
                 "SMs %zu, CTAs an SM %d..%d; step ends %.2f, next step released %.2f after this one\n",
                 c, spread(ramp).c_str(), spread(stream_time).c_str(), spread(rate).c_str(), per_sm.size(), least, most,
                 end, period);
+    // Whether a CTA's rate follows its SM: CTAs alone on theirs against those sharing one,
+    // and how far apart the two CTAs of one SM are against two CTAs taken at random.
+    std::vector<double> alone, shared, pair_gap;
+    for (const auto& kv : sm_rates) {
+      for (double r : kv.second) (kv.second.size() == 1 ? alone : shared).push_back(r);
+      if (kv.second.size() == 2) pair_gap.push_back(std::fabs(kv.second[0] - kv.second[1]));
+    }
+    std::vector<double> random_gap;
+    for (size_t i = 0; i + 1 < rate.size(); i += 2) random_gap.push_back(std::fabs(rate[i] - rate[i + 1]));
+    std::printf("%d | GB/s a CTA alone on its SM (%zu) %.2f, sharing it (%zu) %.2f; the gap of an SM's two CTAs "
+                "%.2f against two in launch order %.2f (medians)\n",
+                c, alone.size(), quantile(alone, 0.5), shared.size(), quantile(shared, 0.5), quantile(pair_gap, 0.5),
+                quantile(random_gap, 0.5));
     // How the stream ends: CTAs still streaming at fractions of the last one's end.
     const double last = quantile(streamed, 1), firsts = quantile(first_tile, 0.5);
     std::printf("%d | CTAs not yet streamed at", c);
