@@ -9,9 +9,14 @@
 //   cta_timeline [--json FILE] [--commit HASH]
 #include <cstdint>
 
+// Defined before the first vxqa include (common.cuh keeps it); it expands in the kernels,
+// which are included after timeline::probe below.
+#define VXQA_TIMELINE_PROBE(args, point) ::timeline::probe((args), (point))
+#include <vxqa/common.cuh>
+
 namespace timeline {
-constexpr int kMaxCopies = 16, kMaxCtas = 8192, kPoints = 10;
-__device__ unsigned long long stamps[kMaxCopies][kMaxCtas][kPoints];
+constexpr int kMaxCopies = 16, kMaxCtas = 8192;
+__device__ unsigned long long stamps[kMaxCopies][kMaxCtas][vxqa::kProbePoints];
 __device__ unsigned decode_sm[kMaxCopies][kMaxCtas];
 // The cache copies lie in one allocation, 2^copy_shift bytes apart: a step's K pointer
 // names its copy with a subtraction and a shift of constants (a probe must cost little).
@@ -27,15 +32,13 @@ __device__ __forceinline__ void probe(const Args& a, int point) {
   const long long cta = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
   if (copy < 0 || copy >= kMaxCopies || cta >= kMaxCtas) return;
   stamps[copy][cta][point] = now;
-  if (point == 0) {
+  if (point == vxqa::kProbeDecodeEntry) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     decode_sm[copy][cta] = sm;
   }
 }
 }  // namespace timeline
-
-#define VXQA_TIMELINE_PROBE(args, point) ::timeline::probe((args), (point))
 
 #include <cuda_fp16.h>
 #include <algorithm>
@@ -53,11 +56,15 @@ namespace {
 
 using Config = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
 struct Stamps {
-  unsigned long long at[timeline::kMaxCtas][timeline::kPoints];
+  unsigned long long at[timeline::kMaxCtas][vxqa::kProbePoints];
   const unsigned long long* operator[](int cta) const { return at[cta]; }
 };
 
 using vxqa_bench::Shape;
+// The stamps' points (vxqa::TimelinePoint).
+using vxqa::kProbeDecodeEntry, vxqa::kProbeDecodeReleased, vxqa::kProbeDecodeWork, vxqa::kProbeDecodeFirstTile,
+    vxqa::kProbeDecodeStreamed, vxqa::kProbeDecodeGathered, vxqa::kProbeDecodeWritten, vxqa::kProbeCombineEntry,
+    vxqa::kProbeCombineReleased, vxqa::kProbeCombineWritten;
 
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -135,9 +142,9 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
   const int m_tiles = (p.group + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
   const int heads_y = p.kv_heads * m_tiles;
   const int decode_ctas = plan.num_chunks * heads_y * plan.max_batch;
-  const int combine_ctas = plan.num_chunks > 1 ? p.kv_heads * p.group * plan.max_batch *
-                                                     (Config::kHeadDim / vxqa::combine_slice_dims(plan.num_chunks))
-                                               : 0;
+  dim3 combine_grid(0);
+  if (plan.num_chunks > 1) vxqa::combine_kernel_for<Config>(plan, p.kv_heads * p.group, &combine_grid);
+  const int combine_ctas = int(combine_grid.x * combine_grid.y * combine_grid.z);
   std::printf("\n## %s: chunk %d x %d, %d decode CTAs, %d combine CTAs, %d copies, graph %.2f us a step\n", shape.name,
               plan.chunk_tokens, plan.num_chunks, decode_ctas, combine_ctas, copies, step_us);
   std::printf("step | us from the step's first decode entry: min median max\n");
@@ -148,43 +155,44 @@ void run(const Shape& shape, cudaStream_t stream, int l2_bytes, FILE* json, bool
     const Stamps& s = host[c];
     unsigned long long t0 = ~0ull;
     for (int b = 0; b < decode_ctas; ++b)
-      if (s[b][0]) t0 = std::min(t0, s[b][0]);
+      if (s[b][kProbeDecodeEntry]) t0 = std::min(t0, s[b][kProbeDecodeEntry]);
     auto us = [&](unsigned long long t) { return (double(t) - double(t0)) / 1000.0; };
     std::vector<double> entry, released, work, first_tile, streamed, gathered, written, ramp, stream_time, rate;
     std::map<unsigned, int> per_sm;
     std::map<unsigned, std::vector<double>> sm_rates;  // GB/s of the CTAs of each SM
     for (int b = 0; b < decode_ctas; ++b) {
-      if (!s[b][0]) continue;
-      entry.push_back(us(s[b][0]));
-      released.push_back(us(s[b][1]));
+      if (!s[b][kProbeDecodeEntry]) continue;
+      entry.push_back(us(s[b][kProbeDecodeEntry]));
+      released.push_back(us(s[b][kProbeDecodeReleased]));
       ++per_sm[sms[c][b]];
-      if (!s[b][2]) continue;  // no tokens
+      if (!s[b][kProbeDecodeWork]) continue;  // no tokens
       const int chunk = b % plan.num_chunks, seq = b / (plan.num_chunks * heads_y);
       const int tokens = std::min(plan.chunk_tokens, p.seq_lens[seq] - chunk * plan.chunk_tokens);
-      work.push_back(us(s[b][2]));
-      first_tile.push_back(us(s[b][3]));
-      streamed.push_back(us(s[b][4]));
-      gathered.push_back(us(s[b][5]));
-      written.push_back(us(s[b][6]));
-      ramp.push_back((double(s[b][3]) - double(s[b][1])) / 1000.0);
-      stream_time.push_back((double(s[b][4]) - double(s[b][3])) / 1000.0);
+      work.push_back(us(s[b][kProbeDecodeWork]));
+      first_tile.push_back(us(s[b][kProbeDecodeFirstTile]));
+      streamed.push_back(us(s[b][kProbeDecodeStreamed]));
+      gathered.push_back(us(s[b][kProbeDecodeGathered]));
+      written.push_back(us(s[b][kProbeDecodeWritten]));
+      ramp.push_back((double(s[b][kProbeDecodeFirstTile]) - double(s[b][kProbeDecodeReleased])) / 1000.0);
+      stream_time.push_back((double(s[b][kProbeDecodeStreamed]) - double(s[b][kProbeDecodeFirstTile])) / 1000.0);
       if (tokens >= 4 * 16) {
-        rate.push_back(tokens * 2.0 * Config::kHeadDim / (double(s[b][4]) - double(s[b][1])));
+        const double ns = double(s[b][kProbeDecodeStreamed]) - double(s[b][kProbeDecodeReleased]);
+        rate.push_back(tokens * 2.0 * Config::kHeadDim / ns);
         sm_rates[sms[c][b]].push_back(rate.back());
       }
     }
     std::vector<double> c_entry, c_released, c_written;
     for (int b = 0; b < combine_ctas; ++b) {
-      if (!s[b][7]) continue;
-      c_entry.push_back(us(s[b][7]));
-      c_released.push_back(us(s[b][8]));
-      if (s[b][9]) c_written.push_back(us(s[b][9]));
+      if (!s[b][kProbeCombineEntry]) continue;
+      c_entry.push_back(us(s[b][kProbeCombineEntry]));
+      c_released.push_back(us(s[b][kProbeCombineReleased]));
+      if (s[b][kProbeCombineWritten]) c_written.push_back(us(s[b][kProbeCombineWritten]));
     }
     const double end = c_written.empty() ? quantile(written, 1) : quantile(c_written, 1);
     unsigned long long next_release = ~0ull;
     if (c + 1 < copies)
       for (int b = 0; b < decode_ctas; ++b)
-        if (host[c + 1][b][1]) next_release = std::min(next_release, host[c + 1][b][1]);
+        if (host[c + 1][b][kProbeDecodeReleased]) next_release = std::min(next_release, host[c + 1][b][kProbeDecodeReleased]);
     const double period = next_release != ~0ull ? us(next_release) - quantile(released, 0) : 0;
     int most = 0, least = 1 << 30;
     for (const auto& kv : per_sm) most = std::max(most, kv.second), least = std::min(least, kv.second);
