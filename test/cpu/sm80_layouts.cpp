@@ -59,6 +59,8 @@ void check() {
         outputs.insert({dim, head});
         // Rows r and r + 8 of an m-tile are one lane's two neighbouring dims.
         if (e >= 2) REQUIRE(Pv::dim_of(lane, m, e) == Pv::dim_of(lane, m, e - 2) + 1);
+        // ... and the first is even: the merge stores the pair as one float2 (or half2).
+        if (e < 2) REQUIRE(dim % 2 == 0);
       }
   REQUIRE(int(outputs.size()) == D * 8);
   // The four lanes of a group take the tile's 16 tokens, in the B fragment's k order.

@@ -2,10 +2,10 @@
 //
 // One CTA per (query head, sequence, slice of 64 or 16 dims). The chunks are summed in an
 // order fixed by the sequence's chunk count and the plan's slice width (CombineShape,
-// combine_slice_dims), and the max and sum come from CUB block
-// reductions whose tree is fixed by the block size, so the same input gives the same bits
-// run after run, and a sequence's result does not depend on the rest of the batch (its
-// chunks are cut at absolute token positions).
+// combine_slice_dims), and every warp works out the max and the sum of the chunks' weights
+// itself in one fixed order (lanes over chunks, then a butterfly, then lane 0's value), so
+// the same input gives the same bits run after run, and a sequence's result does not depend
+// on the rest of the batch (its chunks are cut at absolute token positions).
 //
 // Errors: the decode kernel zeroed the step's error word; the CTAs of slice 0 OR into it a
 // bad length, and the bad-page bits of the chunks they merge.
@@ -15,7 +15,6 @@
 // O = 0, LSE -inf and weighs 0; if every chunk is like that, the result is NaN (0 / 0, as
 // the float64 reference gives).
 #pragma once
-#include <cub/block/block_reduce.cuh>
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
@@ -28,11 +27,19 @@ namespace vxqa {
 #if VXQA_IS_CUDA_COMPILER
 inline constexpr int kCombineThreads = 128;
 
-// cub::Max is gone from CUB 3 and cuda::maximum is not in CUDA 11.8: our own operator,
-// which keeps NaN (fmaxf would drop it).
-struct MaxKeepNanOp {
-  VXQA_DEVICE float operator()(float a, float b) const { return softmax::max_keep_nan(a, b); }
-};
+// The max (keeping NaN) and the sum of a value over the warp's lanes, in a butterfly whose
+// order is fixed, then lane 0's result for every lane: the same bits in every warp that
+// reduces the same values.
+VXQA_DEVICE float warp_max_keep_nan(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = softmax::max_keep_nan(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return __shfl_sync(0xffffffffu, x, 0);
+}
+VXQA_DEVICE float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return __shfl_sync(0xffffffffu, x, 0);
+}
 
 // How the combine cuts one (query head, sequence): gridDim.z slices of kSliceDims dims, so a
 // long sequence's many chunks are read by several CTAs at once. In a CTA the threads form
@@ -54,25 +61,25 @@ struct CombineShape {
 template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {
   using Shape = CombineShape<kHeadDim, kSliceWidth>;
-  using Reduce = cub::BlockReduce<float, kCombineThreads>;
-  __shared__ typename Reduce::TempStorage reduce_storage;
-  __shared__ float shared_max, shared_sum;
   __shared__ float2 stream_sum[Shape::kStreams][Shape::kThreadsPerChunk];
 
-  // Launched as the decode kernel's programmatic dependent on sm_90: wait for its partials.
-  // The next step's decode kernel may launch now; it waits for this kernel in turn.
+  // Launched as the decode kernel's programmatic dependent on sm_90. The lengths are read
+  // before waiting for the decode kernel's partials: they are not its output, and the kernel
+  // before it, which may have written them, was done before any decode CTA let this kernel
+  // start (each passed its own wait first). Read through L2 (ld.global.cg), never an L1 line
+  // of an earlier step. The next step's decode kernel may launch once this one waits.
   VXQA_TIMELINE_PROBE(a, kProbeCombineEntry);
+  const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
+  const int len = seq_index < a.batch ? __ldcg(a.seq_lens + seq_index) : 0;
   arch::grid_dependency_wait();
   VXQA_TIMELINE_PROBE(a, kProbeCombineReleased);
   arch::launch_dependents();
-  const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
   if (seq_index >= a.batch) return;
   const bool reports = blockIdx.z == 0;  // one CTA a (query head, sequence) reports errors
   const int q_heads = a.num_kv_heads * a.group_size;
   uint16_t* out = static_cast<uint16_t*>(a.out) + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
   float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
-  const int len = a.seq_lens[seq_index];
   if (!length_is_valid(len, a)) {
     if (reports && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
     if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
@@ -95,27 +102,22 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     early[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
   }
 
+  // Each warp reduces every chunk's LSE itself: no block-wide reduction or barrier.
+  const int lane = threadIdx.x & 31;
   float local_max = negative_infinity();
   uint32_t local_errors = 0u;
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) {
+#pragma unroll 4
+  for (int c = lane; c < chunks; c += 32) {
     local_max = softmax::max_keep_nan(local_max, chunk_lse[c]);
     if (reports) local_errors |= a.chunk_errors[first + c];
   }
-  if (reports && __syncthreads_or(local_errors != 0u) && threadIdx.x == 0)
+  if (reports && threadIdx.x < 32 && __any_sync(0xffffffffu, local_errors != 0u) && lane == 0)
     atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
-  const float block_max = Reduce(reduce_storage).Reduce(local_max, MaxKeepNanOp());
-  if (threadIdx.x == 0) shared_max = block_max;
-  __syncthreads();
-  const float m = shared_max;
-
+  const float m = warp_max_keep_nan(local_max);
   float local_sum = 0.f;
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads)
-    local_sum += softmax::rescale_factor(chunk_lse[c], m);
-  __syncthreads();  // reduce_storage is reused
-  const float block_sum = Reduce(reduce_storage).Sum(local_sum);
-  if (threadIdx.x == 0) shared_sum = block_sum;
-  __syncthreads();
-  const float sum = shared_sum;
+#pragma unroll 4
+  for (int c = lane; c < chunks; c += 32) local_sum += softmax::rescale_factor(chunk_lse[c], m);
+  const float sum = warp_sum(local_sum);
 
   // Chunk order: stream, stream + kStep, ... (the early ones first), whatever the unrolling.
   float2 acc = make_float2(0.f, 0.f);

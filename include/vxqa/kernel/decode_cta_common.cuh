@@ -88,17 +88,6 @@ VXQA_DEVICE float head_value(const DecodeKernelArgs& a, const CtaWork& w, float 
   return bad_page ? nan : l == 0.f ? 0.f : o / l;
 }
 
-// head_value with the division done once a head, by whoever calls it many times:
-// `inv_l` = 1 / l (times the V scale with one chunk). An element then costs a multiply and
-// no division's branches; the result may differ from head_value's in the last bit.
-VXQA_DEVICE float head_value_by_inverse(const DecodeKernelArgs& a, const CtaWork& w, float l, float inv_l, float o,
-                                        bool bad_page) {
-  const float nan = quiet_nan();
-  // l = 0 with live tokens: o = 0, and 0 * inf = NaN, as 0 / 0.
-  if (a.num_chunks == 1) return bad_page ? nan : w.live() ? o * inv_l : 0.f;
-  return bad_page ? nan : l == 0.f ? 0.f : o * inv_l;
-}
-
 // The chunk's slot of query head `q_head` in the partials (several chunks).
 VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, int q_head) {
   return (int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head) * a.num_chunks + w.chunk;
@@ -129,6 +118,42 @@ VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, i
     a.chunk_errors[slot] = bad_page ? uint32_t(kDecodeErrorBadPage) : 0u;
   }
 }
+
+// Where a merged head's elements go, worked out once a head by a merge that writes many of
+// them (the SM80 CTA's): an element then costs a multiply, a select and a store, with no
+// division and no address arithmetic. `scale` = 1 / l (times the V scale with one chunk),
+// NaN for a bad page; `zero`: the element is 0 whatever o is (no token, or a chunk whose l
+// is 0). The values are head_value's, but o * (1 / l) may differ from o / l in the last bit.
+template <int kHeadDim, ActType kOut>
+struct HeadRow {
+  float* partial;   // several chunks: the chunk's partial O row of the head
+  uint16_t* out;    // one chunk: the head's output row
+  bool out_pairs;   // the output row is 4-byte aligned: two elements a store
+  float scale;
+  bool zero;
+
+  VXQA_DEVICE HeadRow(const DecodeKernelArgs& a, const CtaWork& w, int q_head, float l, float inv_l, bool bad_page)
+      : partial(a.partial_o + partial_slot(a, w, q_head) * kHeadDim),  // used with several chunks only
+        out(static_cast<uint16_t*>(a.out) + w.seq_index * a.out_batch_stride + q_head * a.out_head_stride),
+        out_pairs((reinterpret_cast<uintptr_t>(out) & 3) == 0),
+        scale(bad_page ? quiet_nan() : inv_l),  // l = 0 with live tokens: o = 0, and 0 * inf = NaN
+        zero(!bad_page && (a.num_chunks == 1 ? !w.live() : l == 0.f)) {}
+
+  // Elements `dim` (even) and dim + 1 from their unnormalised o; kSplit: a.num_chunks > 1.
+  template <bool kSplit>
+  VXQA_DEVICE void store_pair(int dim, float o0, float o1) const {
+    const float v0 = zero ? 0.f : o0 * scale, v1 = zero ? 0.f : o1 * scale;
+    if constexpr (kSplit) {
+      *reinterpret_cast<float2*>(partial + dim) = make_float2(v0, v1);
+    } else if (out_pairs) {
+      *reinterpret_cast<uint32_t*>(out + dim) =
+          uint32_t(detail::float_to_act<kOut>(v0)) | uint32_t(detail::float_to_act<kOut>(v1)) << 16;
+    } else {
+      out[dim] = detail::float_to_act<kOut>(v0);
+      out[dim + 1] = detail::float_to_act<kOut>(v1);
+    }
+  }
+};
 
 // Element `dim` of query head `q_head`, and at dim 0 the head's stats.
 template <int kHeadDim, ActType kOut>

@@ -36,6 +36,7 @@ struct DecodeCtaSm80 {
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kStages = Config::kSm80Stages;
   static constexpr int kMTiles = Pv::kMTiles;
+  using Row = HeadRow<kD, Config::kQo>;
 
   // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
   // order ([m-tile][lane][element]: one 16-byte store or load a fragment, conflict-free),
@@ -187,7 +188,6 @@ struct DecodeCtaSm80 {
   // trips, not one a fragment element (docs/performance.md, "The CTA's tail").
   VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
                                           bool bad_page) {
-    constexpr int kFragments = kMTiles * 32;
     constexpr int kWarps = Config::kWarps;
     static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
     const int lane = threadIdx.x & 31;
@@ -210,32 +210,50 @@ struct DecodeCtaSm80 {
       l[0] += warp_l[w].x * weight[w][0];
       l[1] += warp_l[w].y * weight[w][1];
     }
-    // One division a head, not one an element (ncu: the divisions' dependent chains and
-    // branches were most of the CTA's tail).
+    // One division a head, not one an element, and each head's destination worked out once
+    // (ncu: the divisions' dependent chains, then the per-element address arithmetic and
+    // branches, were most of the CTA's tail).
     const float out_scale = a.num_chunks == 1 ? v_scale_of(a) : 1.f;
-    const float inv_l[2] = {out_scale / l[0], out_scale / l[1]};
+    const bool second = head0 + 1 < work.heads;  // a padded head past the group is not written
+    const Row row0(a, work, work.q_head0 + head0, l[0], __fdividef(out_scale, l[0]), bad_page);
+    const Row row1(a, work, work.q_head0 + head0 + (second ? 1 : 0), l[1], __fdividef(out_scale, l[1]), bad_page);
+    if (threadIdx.x < 32 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
+      store_head_stats(a, work, work.q_head0 + head0, mx[0], l[0], bad_page);
+      if (second) store_head_stats(a, work, work.q_head0 + head0 + 1, mx[1], l[1], bad_page);
+    }
+    if (a.num_chunks == 1) {
+      write_fragments<false>(smem, weight, row0, row1, second);
+    } else {
+      write_fragments<true>(smem, weight, row0, row1, second);
+    }
+  }
+
+  // The thread's fragments (lane `threadIdx.x % 32`, m-tiles threadIdx.x / 32 + j * W), each
+  // the weighted sum of the warps' and written as two pairs of neighbouring dims, one a head
+  // (elements e and e + 2 are dims d and d + 1 of head e: Sm80PvConsumer::dim_of).
+  template <bool kSplit>
+  VXQA_DEVICE static void write_fragments(const uint8_t* smem, const float (&weight)[Config::kWarps][2],
+                                          const Row& row0, const Row& row1, bool second) {
+    constexpr int kFragments = kMTiles * 32;
+    const int lane = threadIdx.x & 31;
 #pragma unroll 1
     for (int j = 0; j < (kFragments + Config::kThreads - 1) / Config::kThreads; ++j) {
-      const int fragment = threadIdx.x + j * Config::kThreads, m = fragment / 32;
+      const int fragment = threadIdx.x + j * Config::kThreads;
       if (fragment >= kFragments) break;
-      float4 part[kWarps];
+      float4 part[Config::kWarps];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) part[w] = *reinterpret_cast<const float4*>(warp_o(smem, w) + fragment * 4);
+      for (int w = 0; w < Config::kWarps; ++w) part[w] = *reinterpret_cast<const float4*>(warp_o(smem, w) + fragment * 4);
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e & 1;
-        if (head0 + h >= work.heads) continue;
-        float o = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          const float x = e == 0 ? part[w].x : e == 1 ? part[w].y : e == 2 ? part[w].z : part[w].w;
-          o += x * weight[w][h];
-        }
-        const int q_head = work.q_head0 + head0 + h, dim = Pv::dim_of(lane, m, e);
-        store_head_value<kD, Config::kQo>(a, work, q_head, dim,
-                                          head_value_by_inverse(a, work, l[h], inv_l[h], o, bad_page));
-        if (dim == 0) store_head_stats(a, work, q_head, mx[h], l[h], bad_page);
+      for (int w = 0; w < Config::kWarps; ++w) {
+        o.x += part[w].x * weight[w][0];
+        o.y += part[w].y * weight[w][1];
+        o.z += part[w].z * weight[w][0];
+        o.w += part[w].w * weight[w][1];
       }
+      const int dim = Pv::dim_of(lane, fragment / 32, 0);
+      row0.template store_pair<kSplit>(dim, o.x, o.z);
+      if (second) row1.template store_pair<kSplit>(dim, o.y, o.w);
     }
   }
 
