@@ -44,7 +44,7 @@ VXQA_DEVICE float warp_sum(float x) {
 // How the combine cuts one (query head, sequence): gridDim.z slices of kSliceDims dims, so a
 // long sequence's many chunks are read by several CTAs at once. In a CTA the threads form
 // kStreams chunk streams of kSliceDims / 2 threads (two dims a thread): stream s sums chunks
-// s, s + kStreams, ... (two groups of kUnroll chunks' loads in flight), and the streams' sums are added in
+// s, s + kStreams, ... (kUnroll chunks' loads in flight), and the streams' sums are added in
 // stream order. The order depends only on the sequence's chunk count and the slice width,
 // which the plan fixes (combine_slice_dims).
 template <int kHeadDim, int kSliceWidth = 64>
@@ -53,8 +53,7 @@ struct CombineShape {
   static constexpr int kSlices = kHeadDim / kSliceDims;
   static constexpr int kThreadsPerChunk = kSliceDims / 2;
   static constexpr int kStreams = kCombineThreads / kThreadsPerChunk;
-  // Chunks a stream has in one group of loads: 8 with narrow slices (many chunks), else 4.
-  static constexpr int kUnroll = kSliceDims == 16 ? 8 : 4;
+  static constexpr int kUnroll = 4;
   static_assert(kSliceDims == 16 || kSliceDims == 64, "CombineShape: slices of 16 or 64 dims");
   static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of the slice");
 };
@@ -96,18 +95,18 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   const int stream = threadIdx.x / Shape::kThreadsPerChunk, pair = threadIdx.x % Shape::kThreadsPerChunk;
   const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + pair;
   constexpr int kStride = kHeadDim / 2, kStep = Shape::kStreams;  // float2s between chunks
-  float2 current[Shape::kUnroll];  // the group of chunks being summed, the first loaded here
+  float2 early[Shape::kUnroll];
 #pragma unroll
   for (int u = 0; u < Shape::kUnroll; ++u) {
     const int c = stream + u * kStep;
-    current[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
+    early[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
   }
 
   // Each warp reduces every chunk's LSE itself: no block-wide reduction or barrier.
   const int lane = threadIdx.x & 31;
   float local_max = negative_infinity();
   uint32_t local_errors = 0u;
-#pragma unroll 8
+#pragma unroll 4
   for (int c = lane; c < chunks; c += 32) {
     local_max = softmax::max_keep_nan(local_max, chunk_lse[c]);
     if (reports) local_errors |= a.chunk_errors[first + c];
@@ -116,32 +115,41 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
   const float m = warp_max_keep_nan(local_max);
   float local_sum = 0.f;
-#pragma unroll 8
+#pragma unroll 4
   for (int c = lane; c < chunks; c += 32) local_sum += softmax::rescale_factor(chunk_lse[c], m);
   const float sum = warp_sum(local_sum);
 
-  // Chunk order: stream, stream + kStep, ..., whatever the unrolling. The next kUnroll
-  // chunks' loads are issued before the current ones are summed, so two groups are in flight
-  // (a sequence of many chunks waits for one L2 round trip, not one a group).
+  // Chunk order: stream, stream + kStep, ... (the early ones first), whatever the unrolling.
   float2 acc = make_float2(0.f, 0.f);
-  for (int c0 = stream; c0 < chunks; c0 += Shape::kUnroll * kStep) {
-    float2 next[Shape::kUnroll];
+#pragma unroll
+  for (int u = 0; u < Shape::kUnroll; ++u) {
+    const int c = stream + u * kStep;
+    if (c < chunks) {
+      const float w = softmax::rescale_factor(chunk_lse[c], m);
+      acc.x += w * early[u].x;
+      acc.y += w * early[u].y;
+    }
+  }
+  int c = stream + Shape::kUnroll * kStep;
+  for (; c + (Shape::kUnroll - 1) * kStep < chunks; c += Shape::kUnroll * kStep) {
+    float2 x[Shape::kUnroll];
+    float w[Shape::kUnroll];
 #pragma unroll
     for (int u = 0; u < Shape::kUnroll; ++u) {
-      const int c = c0 + (Shape::kUnroll + u) * kStep;
-      next[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
+      x[u] = chunk_o[int64_t(c + u * kStep) * kStride];
+      w[u] = softmax::rescale_factor(chunk_lse[c + u * kStep], m);
     }
 #pragma unroll
     for (int u = 0; u < Shape::kUnroll; ++u) {
-      const int c = c0 + u * kStep;
-      if (c < chunks) {
-        const float w = softmax::rescale_factor(chunk_lse[c], m);
-        acc.x += w * current[u].x;
-        acc.y += w * current[u].y;
-      }
+      acc.x += w[u] * x[u].x;
+      acc.y += w[u] * x[u].y;
     }
-#pragma unroll
-    for (int u = 0; u < Shape::kUnroll; ++u) current[u] = next[u];
+  }
+  for (; c < chunks; c += kStep) {
+    const float2 x = chunk_o[int64_t(c) * kStride];
+    const float w = softmax::rescale_factor(chunk_lse[c], m);
+    acc.x += w * x.x;
+    acc.y += w * x.y;
   }
   stream_sum[stream][pair] = acc;
   __syncthreads();
