@@ -76,32 +76,13 @@ VXQA_DEVICE PageSize<kPageSize> cta_page_size(const DecodeKernelArgs& a) {
   }
 }
 
-// What a CTA writes for a head from its merged (m, l, o): base-2 m, l = the sum of P, o =
-// the unnormalised output. head_value is an element's value: with one chunk the output, with
-// several the chunk's partial O; store_head_value puts it where it goes;
-// store_head_stats the head's LSE (one chunk, when asked for) or the chunk's partial LSE
-// and error word.
-VXQA_DEVICE float head_value(const DecodeKernelArgs& a, const CtaWork& w, float l, float o, bool bad_page) {
-  const float nan = quiet_nan();
-  // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
-  if (a.num_chunks == 1) return bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
-  return bad_page ? nan : l == 0.f ? 0.f : o / l;
-}
-
 // The chunk's slot of query head `q_head` in the partials (several chunks).
 VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, int q_head) {
   return (int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head) * a.num_chunks + w.chunk;
 }
 
-template <int kHeadDim, ActType kOut>
-VXQA_DEVICE void store_head_value(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float value) {
-  if (a.num_chunks == 1) {
-    store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
-  } else {
-    a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = value;
-  }
-}
-
+// The head's LSE (one chunk, when asked for), or the chunk's partial LSE and error word,
+// from its merged base-2 m and l (the sum of P).
 VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, int q_head, float m, float l,
                                   bool bad_page) {
   const float nan = quiet_nan();
@@ -123,7 +104,8 @@ VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, i
 // them (the SM80 CTA's): an element then costs a multiply, a select and a store, with no
 // division and no address arithmetic. `scale` = 1 / l (times the V scale with one chunk),
 // NaN for a bad page; `zero`: the element is 0 whatever o is (no token, or a chunk whose l
-// is 0). The values are head_value's, but o * (1 / l) may differ from o / l in the last bit.
+// is 0). The values are store_head_result's, but o * (1 / l) may differ from o / l in the
+// last bit.
 template <int kHeadDim, ActType kOut>
 struct HeadRow {
   float* partial;   // several chunks: the chunk's partial O row of the head
@@ -155,11 +137,20 @@ struct HeadRow {
   }
 };
 
-// Element `dim` of query head `q_head`, and at dim 0 the head's stats.
+// Element `dim` of query head `q_head` from the CTA's merged (m, l, o) — base-2 m, l = the
+// sum of P, o = the unnormalised output — and at dim 0 the head's stats. With one chunk the
+// output, with several the chunk's partial O.
 template <int kHeadDim, ActType kOut>
 VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
                                    float l, float o, bool bad_page) {
-  store_head_value<kHeadDim, kOut>(a, w, q_head, dim, head_value(a, w, l, o, bad_page));
+  const float nan = quiet_nan();
+  if (a.num_chunks == 1) {
+    // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
+    const float value = bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
+    store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
+  } else {
+    a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
+  }
   if (dim == 0) store_head_stats(a, w, q_head, m, l, bad_page);
 }
 

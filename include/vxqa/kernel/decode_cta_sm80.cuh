@@ -87,7 +87,7 @@ struct DecodeCtaSm80 {
 
     const bool cta_bad_page = __syncthreads_or(bad_page);
     VXQA_TIMELINE_PROBE(a, kProbeDecodeStreamed);
-    // With several chunks the chunk's error words carry it too (store_head_result), so
+    // With several chunks the chunk's error words carry it too (store_head_stats), so
     // this OR may land before or after the kernel zeroes the word.
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
     float* merge_o = reinterpret_cast<float*>(warp_area);

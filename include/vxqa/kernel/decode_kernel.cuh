@@ -122,7 +122,7 @@ struct DecodeCta {
     arch::launch_dependents();  // the combine may start launching: it waits for our partials
     // Every warp is done with its tile: reuse it for the merge.
     const bool cta_bad_page = __syncthreads_or(bad_page);
-    // With several chunks the chunk's error words carry it too (store_head_result), so
+    // With several chunks the chunk's error words carry it too (store_head_stats), so
     // this OR may land before or after the kernel zeroes the word. (Also testing the chunk
     // count here made ptxas 11.8 spill in a D = 128 Config.)
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
