@@ -5,8 +5,9 @@
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
 //                 --contexts | --breakdown | --profile [--shape N]]
 // --experiment times the default atom over chunk sizes (one wave of CTAs against several);
-// --plans times every shape with its default plan (choose_wave_chunk_tokens) and with the
-// chunk of the rule it replaced (choose_chunk_tokens, at least 2 CTA rounds);
+// --plans times every shape with its default plan (choose_wave_chunk_tokens in the SM80
+// body's 64-token rounds) and with the chunk of the rule it replaced (the same in the SM70
+// body's 128-token rounds);
 // --ramp times one wave of CTAs (2 an SM) of one chunk each, 256, 1024 and 2048 tokens long,
 // and the same CTAs as two chunks of half as many sequences: a CTA's fixed cost is the intercept of
 // time against tokens, the combine's the difference between the two; and the seed shape
@@ -332,12 +333,12 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> lens = vxqa_bench::lengths(s);  // the lengths run_shape makes
       const int longest = *std::max_element(lens.begin(), lens.end());
       const int head_tiles = s.kv_heads * ((s.group + C::kHeadsPerCta - 1) / C::kHeadsPerCta);
-      // Until ae8adf4: the largest chunk of at least 2 CTA rounds that gave one CTA a slot.
-      const int before = vxqa::choose_chunk_tokens(s.batch, longest, head_tiles, C::kCtaTokens,
-                                                   vxqa::kSm80PlanCtasPerSm * sms, 2);
+      // Until the SM80 plan took 64-token rounds: whole waves of 128-token rounds.
+      const int before = vxqa::choose_wave_chunk_tokens(s.batch, longest, head_tiles, C::kCtaTokens,
+                                                        vxqa::kSm80PlanCtasPerSm * sms);
       results.push_back(run_shape<C>(s, stream, sms, l2, copy, 0, "default plan"));
       results.push_back(run_shape<C>(s, stream, sms, l2, copy, before,
-                                     "previous rule: " + std::to_string(before) + "-token chunks"));
+                                     "128-token rounds: " + std::to_string(before) + "-token chunks"));
     };
     for (const Shape& s : vxqa_bench::kShapes) compare(E5m2(), s);
     compare(E5m2D128(), d128);

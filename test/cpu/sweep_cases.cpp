@@ -169,7 +169,9 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     saw(c.plan.chunk_multiple ? "plan explicit" : "plan auto");
     if (c.plan.max_batch > o.batch) saw("plan max_batch above batch");
     if (c.plan.max_context > c.longest()) saw("plan max_context above longest");
-    if (c.plan.chunk_multiple && int64_t(c.plan.chunk_multiple) * 32 >= c.plan.max_context) saw("one chunk");
+    if (c.plan.chunk_multiple && int64_t(c.plan.chunk_multiple) * 16 >= c.plan.max_context) saw("one chunk");
+    // An odd multiple of kChunkMultiple is not whole rounds of the SM70 body's CTA.
+    if (c.plan.chunk_multiple % 2 == 1) saw("plan chunk of half SM70 rounds");
     if (c.score_spread < 1e-2) saw("flat scores");
     if (c.score_spread > 1e2) saw("peaked scores");
     if (o.softmax_scale < 1e-2f || o.k_scale < 1e-2f || o.v_scale < 1e-2f) saw("small scale");
@@ -196,7 +198,7 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     for (const char* s :
          {"page unlisted", "group 1", "group 9", "group 16", "kv heads 1", "kv heads 8", "batch 1", "batch 32",
           "shared prefix", "plan explicit", "plan auto", "plan max_batch above batch",
-          "plan max_context above longest", "one chunk", "flat scores", "peaked scores", "small scale",
+          "plan max_context above longest", "one chunk", "plan chunk of half SM70 rounds", "flat scores", "peaked scores", "small scale",
           "large scale", "length 0", "length 1", "length 31", "length 32", "length 33", "length page-1",
           "length page+1", "length > 60000", "inf meets 0 at q", "inf meets 0 at k", "bad page -1",
           "bad page 2147483647", "bad page -2147483648", "bad page 50000000", "bad page num_pages + 0",

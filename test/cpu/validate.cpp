@@ -193,13 +193,13 @@ std::vector<Breakage> breakages() {
       {"seq_lens[7] = INT_MIN", "seq_lens", [](Step& s) { s.host_lens[7] = std::numeric_limits<int32_t>::min(); }},
       {"seq_lens[0] > max_context", "seq_lens", [](Step& s) { s.host_lens[0] = s.plan.max_context + 1; }},
       // Plan.
-      {"plan.chunk_tokens not a multiple of kCtaTokens", "plan.chunk_tokens",
-       [](Step& s) { s.plan.chunk_tokens += Config::kCtaTokens / 2; }},
+      {"plan.chunk_tokens not a multiple of kChunkMultiple", "plan.chunk_tokens",
+       [](Step& s) { s.plan.chunk_tokens += Config::kChunkMultiple / 2; }},
       {"plan.chunk_tokens 0", "plan.chunk_tokens", [](Step& s) { s.plan.chunk_tokens = 0; }},
-      {"plan.chunk_tokens < kCtaTokens", "plan.chunk_tokens",
-       [](Step& s) { s.plan.chunk_tokens = Config::kCtaTokens / 2; }},
+      {"plan.chunk_tokens < kChunkMultiple", "plan.chunk_tokens",
+       [](Step& s) { s.plan.chunk_tokens = Config::kChunkMultiple / 2; }},
       {"plan.chunk_tokens negative", "plan.chunk_tokens",
-       [](Step& s) { s.plan.chunk_tokens = -Config::kCtaTokens; }},
+       [](Step& s) { s.plan.chunk_tokens = -Config::kChunkMultiple; }},
       {"plan.num_chunks one too many", "plan.num_chunks", [](Step& s) { s.plan.num_chunks += 1; }},
       {"plan.num_chunks one too few", "plan.num_chunks", [](Step& s) { s.plan.num_chunks -= 1; }},
       {"plan.num_chunks 0", "plan.num_chunks", [](Step& s) { s.plan.num_chunks = 0; }},
@@ -435,7 +435,7 @@ TEST_CASE("make_decode_plan gives a plan validate accepts, for several Configs a
               << " Hkv " << hkv << " G " << group << " SMs " << sms << ": chunk " << plan.chunk_tokens);
     const Status st = validate_plan<Config>(plan);
     CHECK(st.ok());
-    CHECK(plan.chunk_tokens % Config::kCtaTokens == 0);
+    CHECK(plan.chunk_tokens % Config::kCtaTokens == 0);  // the SM70 body's rule: whole rounds
     CHECK(int64_t(plan.num_chunks) * plan.chunk_tokens >= max_context);
     CHECK(int64_t(plan.num_chunks - 1) * plan.chunk_tokens < max_context);
   };

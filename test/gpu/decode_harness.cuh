@@ -183,7 +183,7 @@ void sweep_groups_and_pages(const std::vector<int>& groups, const std::vector<in
       o.group = group;
       o.kv_heads = group > 8 ? 1 : 2;
       o.page_size = page;
-      const int chunk = 2 * Config::kCtaTokens;
+      const int chunk = 3 * Config::kChunkMultiple;  // not whole rounds of the SM70 body's CTA
       o.seq_lens = edge_lengths(page, Config::kCtaTokens, chunk);
       o.batch = int(o.seq_lens.size());
       o.k_scale = 0.75f;

@@ -129,7 +129,7 @@ template <class Config>
 void two_runs_identical(RandomProblemOptions o, uint64_t seed, int min_chunks = 4) {
   const RandomProblem p = vxqa::reference::make_random_problem(o, seed);
   DeviceProblem d(p);
-  const int chunk = Config::kCtaTokens;  // 1 CTA round per chunk: many chunks
+  const int chunk = Config::kChunkMultiple;  // the smallest chunk: many chunks
   const vxqa::DecodePlan plan = plan_for<Config>(p, longest(p.seq_lens), chunk);
   INFO("D " << p.head_dim << " G " << p.group << " Hkv " << p.kv_heads << " page " << p.page_size
             << " chunks " << plan.num_chunks << " seed " << seed);
@@ -150,8 +150,9 @@ void batch_invariance(RandomProblemOptions o, uint64_t seed) {
   DeviceProblem d(p);
   const int max_context = o.max_seq_len;
   const int hq = p.query_heads();
-  // An explicit chunk (several chunks per long sequence) and the automatic one.
-  for (int chunk : {2 * Config::kCtaTokens, 0}) {
+  // An explicit chunk (several chunks per long sequence; not whole rounds of the SM70
+  // body's CTA) and the automatic one.
+  for (int chunk : {3 * Config::kChunkMultiple, 0}) {
     const vxqa::DecodePlan plan = plan_for<Config>(p, max_context, chunk, /*max_batch=*/16);
     INFO("D " << p.head_dim << " G " << p.group << " page " << p.page_size << " chunk "
               << plan.chunk_tokens << " chunks " << plan.num_chunks << " seed " << seed);

@@ -37,10 +37,11 @@ int longest(const RandomProblem& p) {
   return m;
 }
 
-// Chunkings of one problem: a single chunk, the smallest chunk, three CTA rounds, automatic.
+// Chunkings of one problem: a single chunk, the smallest chunk, three of the smallest (not
+// whole rounds of the SM70 body's CTA), automatic.
 template <class Config>
 std::vector<int> chunkings(const RandomProblem& p) {
-  return {round_up(longest(p), Config::kCtaTokens), Config::kCtaTokens, 3 * Config::kCtaTokens, 0};
+  return {round_up(longest(p), Config::kCtaTokens), Config::kChunkMultiple, 3 * Config::kChunkMultiple, 0};
 }
 
 // Element by element against the reference: NaN where it is NaN, within the harness's bound

@@ -61,7 +61,7 @@ struct PlanSpec {
   int max_batch = 1;
   int max_context = 1;
   int sm_count = 1;
-  int chunk_multiple = 0;  // 0: the plan picks the chunk; else chunk = this · Config::kCtaTokens
+  int chunk_multiple = 0;  // 0: the plan picks the chunk; else chunk = this · Config::kChunkMultiple
 };
 
 enum class Target { kQ, kK, kV };
@@ -157,17 +157,17 @@ inline double estimate_cpu_ns(const SweepCase& c) {
          kQNs * double(o.batch) * c.query_heads() * o.head_dim;
 }
 
-// The most workspace any Config's plan takes: explicit chunks of at least one warp's 32
-// tokens; an automatic chunk for each kCtaTokens a Config can have (32 · Warps, Warps 1..8).
+// The most workspace any Config's plan takes: explicit chunks of multiples of each
+// kChunkMultiple a Config can have (16 · Warps, Warps 1..8); an automatic chunk for each
+// kCtaTokens (32 · Warps).
 inline size_t worst_workspace_bytes(const SweepCase& c) {
   const PlanSpec& s = c.plan;
   const int hq = c.query_heads(), tiles = c.problem.kv_heads * ((c.problem.group + 7) / 8);
   size_t worst = 0;
   for (int warps = 1; warps <= 8; ++warps) {
-    const int cta = 32 * warps;
-    const int chunk = s.chunk_multiple ? s.chunk_multiple * cta
+    const int chunk = s.chunk_multiple ? s.chunk_multiple * 16 * warps
                                        : vxqa::choose_chunk_tokens(s.max_batch, s.max_context, tiles,
-                                                                   cta, 4 * s.sm_count);
+                                                                   32 * warps, 4 * s.sm_count);
     const int chunks = int((int64_t(s.max_context) + chunk - 1) / chunk);
     worst = std::max(worst, vxqa::plan_workspace_bytes(s.max_batch, hq, chunks, c.problem.head_dim));
   }
@@ -209,7 +209,7 @@ inline int edge_length(CaseRng& r, int page, int chunk_multiple) {
     case 1: base = page * r.in(1, 3); break;
     case 2: base = 32 * (1 << r.below(12)) * r.in(1, 3); break;  // CTA rounds of 1..8 warps
     default:  // the explicit chunk of a 2- or 4-warp Config, or the top
-      base = chunk_multiple ? chunk_multiple * (r.below(2) ? 64 : 128) * r.in(1, 3) : kMaxLength;
+      base = chunk_multiple ? chunk_multiple * (r.below(2) ? 32 : 64) * r.in(1, 3) : kMaxLength;
   }
   return std::clamp(base + r.in(-1, 1), 0, kMaxLength);
 }
@@ -405,7 +405,7 @@ inline const char* layout_name(CacheLayout l) {
 inline std::string plan_words(const PlanSpec& p) {
   char text[120];
   if (p.chunk_multiple)
-    std::snprintf(text, sizeof text, "chunk %d x cta (max_batch %d, max_context %d)", p.chunk_multiple,
+    std::snprintf(text, sizeof text, "chunk %d x kChunkMultiple (max_batch %d, max_context %d)", p.chunk_multiple,
                   p.max_batch, p.max_context);
   else
     std::snprintf(text, sizeof text, "auto (max_batch %d, max_context %d, sm %d)", p.max_batch,

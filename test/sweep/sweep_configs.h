@@ -78,7 +78,7 @@ template <class Config>
 vxqa::Status make_case_plan(const SweepCase& c, vxqa::DecodePlan* plan) {
   const PlanSpec& s = c.plan;
   return vxqa::make_decode_plan<Config>(s.max_batch, s.max_context, c.problem.kv_heads, c.problem.group,
-                                        s.sm_count, plan, s.chunk_multiple * Config::kCtaTokens);
+                                        s.sm_count, plan, s.chunk_multiple * Config::kChunkMultiple);
 }
 
 }  // namespace vxqa_sweep

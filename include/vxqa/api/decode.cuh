@@ -128,7 +128,8 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
 
 // A plan for the current device: its SM count, and for the SM80 body the CTAs per SM it
 // keeps resident (decode_smem_bytes' shared memory), at most kSm80PlanCtasPerSm, whose
-// slots choose_wave_chunk_tokens fills in whole waves. Measured (docs/performance.md):
+// slots choose_wave_chunk_tokens fills in whole waves, in multiples of the SM80 body's round
+// (kSm80CtaTokens, 64 tokens with 4 warps). Measured (docs/performance.md):
 // D = 128 keeps 3 CTAs an SM resident, and planning for 3 (256-token chunks) took 26.5 us
 // where 2 (512-token chunks) took 23.4 us. The SM70 body keeps choose_chunk_tokens' rule
 // for 4 CTAs an SM. Same contract as the make_decode_plan above.
@@ -153,7 +154,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   const Status valid = make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident);
   if (!valid.ok()) return valid;
   const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  const int chunk = choose_wave_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kCtaTokens,
+  const int chunk = choose_wave_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kSm80CtaTokens,
                                              resident * sms);
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident);
 }

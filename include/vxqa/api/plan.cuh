@@ -9,9 +9,11 @@
 
 namespace vxqa {
 
-// chunk_tokens = 0 picks one: the largest that still gives about `ctas_per_sm` CTAs per SM
-// at full capacity, and at least `min_chunk_rounds` CTA rounds long (4 suits the SM70 path; make_decode_plan without sm_count, in
-// api/decode.cuh, asks the device and picks for the path it runs).
+// chunk_tokens = 0 picks one: the largest multiple of the SM70 body's round (kCtaTokens)
+// that still gives about `ctas_per_sm` CTAs per SM at full capacity, and at least
+// `min_chunk_rounds` rounds long (4 suits the SM70 path; make_decode_plan without sm_count,
+// in api/decode.cuh, asks the device and picks for the path it runs). An explicit chunk is
+// a multiple of kChunkMultiple, which either body runs.
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
                         int sm_count, DecodePlan* plan, int chunk_tokens = 0, int ctas_per_sm = 4,
@@ -25,9 +27,9 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (ctas_per_sm < 1) return Status::invalid("ctas_per_sm", "must be >= 1");
   if (min_chunk_rounds < 1 || min_chunk_rounds > 64)
     return Status::invalid("min_chunk_rounds", "must be in 1..64");
-  if (chunk_tokens < 0 || chunk_tokens % Config::kCtaTokens != 0)
+  if (chunk_tokens < 0 || chunk_tokens % Config::kChunkMultiple != 0)
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
-                                               std::to_string(Config::kCtaTokens));
+                                               std::to_string(Config::kChunkMultiple));
   const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
   // Grid limits: sequences run along gridDim.z (and the combine's gridDim.y), heads along y.
   if (max_batch > 65535) return Status::invalid("max_batch", "must be <= 65535 (grid limit)");

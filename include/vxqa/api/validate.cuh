@@ -53,9 +53,9 @@ template <class Config>
 Status validate_plan(const DecodePlan& plan) {
   if (plan.max_batch < 1) return Status::invalid("plan.max_batch", "must be >= 1");
   if (plan.max_context < 1) return Status::invalid("plan.max_context", "must be >= 1");
-  if (plan.chunk_tokens < Config::kCtaTokens || plan.chunk_tokens % Config::kCtaTokens != 0)
+  if (plan.chunk_tokens < Config::kChunkMultiple || plan.chunk_tokens % Config::kChunkMultiple != 0)
     return Status::invalid("plan.chunk_tokens", "must be a positive multiple of " +
-                                                    detail::str(Config::kCtaTokens) + " for this Config");
+                                                    detail::str(Config::kChunkMultiple) + " for this Config");
   if (!chunk_end_fits(plan.max_context, plan.chunk_tokens))
     return Status::invalid("plan.max_context", "plus plan.chunk_tokens must fit in an int");
   if (int64_t(plan.num_chunks) != (int64_t(plan.max_context) + plan.chunk_tokens - 1) / plan.chunk_tokens)

@@ -112,7 +112,8 @@ struct DecodeConfig {
                 "DecodeConfig: the staged pieces and O accumulators need more than 160 "
                 "registers a lane, which spills on SM70; use fewer Stages");
 
-  // Tokens a CTA consumes per round of its warps; split-KV chunks are multiples of it.
+  // Tokens the SM70 body's CTA consumes per round of its warps (32-token tiles); its plans
+  // (make_decode_plan's choose_chunk_tokens rule) pick multiples of it.
   static constexpr int kCtaTokens = Geometry::kTokens * Warps;
 
   // Shared memory: Q tile, then per warp [K/V tile | S | P | alpha].
@@ -148,6 +149,15 @@ struct DecodeConfig {
                                      : Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget ? 4
                                      : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
                                                                                          : 2;
+  // The SM80 body's round (16-token tiles), which its plans pick multiples of.
+  static constexpr int kSm80CtaTokens = Sm80Geometry::kTokens * Warps;
+  // What every split-KV chunk must be a multiple of, whichever body runs it: the smaller
+  // round. The SM70 body takes a chunk that is not whole rounds of its own as it takes a
+  // sequence's short last chunk (its last warps get a tile fewer); the SM80 body's finer
+  // chunks let one wave of CTAs fill more of the SMs (docs/performance.md, "Chunks of 64
+  // tokens").
+  static constexpr int kChunkMultiple = kSm80CtaTokens;
+  static_assert(kCtaTokens % kSm80CtaTokens == 0, "DecodeConfig: the SM70 round must be whole SM80 rounds");
   static constexpr int kSm80WarpBytes = kSm80Stages * kSm80StageBytes;
   static constexpr int kSm80SmemBytes = Warps * kSm80WarpBytes;
   static_assert(!kHasSm80Path || kSm80SmemBytes <= kSm80MaxSmemBytes,

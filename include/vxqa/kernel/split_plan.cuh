@@ -12,7 +12,7 @@ struct DecodePlan {
   int max_context = 0;
   int num_kv_heads = 0;
   int group_size = 0;
-  int chunk_tokens = 0;  // split-KV chunk; a multiple of the Config's kCtaTokens
+  int chunk_tokens = 0;  // split-KV chunk; a multiple of the Config's kChunkMultiple
   int num_chunks = 0;    // ceil(max_context / chunk_tokens); 1 = no combine step
   size_t workspace_bytes = 0;
 };
