@@ -335,7 +335,9 @@ int main(int argc, char** argv) {
       const int head_tiles = s.kv_heads * ((s.group + C::kHeadsPerCta - 1) / C::kHeadsPerCta);
       // Until the SM80 plan took 64-token rounds: whole waves of 128-token rounds.
       const int before = vxqa::choose_wave_chunk_tokens(s.batch, longest, head_tiles, C::kCtaTokens,
-                                                        vxqa::kSm80PlanCtasPerSm * sms);
+                                                        vxqa::kSm80PlanCtasPerSm * sms);  // f5e80c5's run: seed
+      // 46.3 against 46.0 us, page 16 47.1 / 46.4, B4 27.5 / 26.8, D128 19.6 / 19.1 (and B16 x 1K
+      // 9.3 against 11.8 with 64-token chunks, which kSm80MinChunkRounds now rules out).
       results.push_back(run_shape<C>(s, stream, sms, l2, copy, 0, "default plan"));
       results.push_back(run_shape<C>(s, stream, sms, l2, copy, before,
                                      "128-token rounds: " + std::to_string(before) + "-token chunks"));

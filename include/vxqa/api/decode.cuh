@@ -129,11 +129,13 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
 // A plan for the current device: its SM count, and for the SM80 body the CTAs per SM it
 // keeps resident (decode_smem_bytes' shared memory), at most kSm80PlanCtasPerSm, whose
 // slots choose_wave_chunk_tokens fills in whole waves, in multiples of the SM80 body's round
-// (kSm80CtaTokens, 64 tokens with 4 warps). Measured (docs/performance.md):
+// (kSm80CtaTokens, 64 tokens with 4 warps) and at least kSm80MinChunkRounds of them (one
+// 16-token tile a warp made B16 x 1K 11.8 us against 9.3 with two). Measured (docs/performance.md):
 // D = 128 keeps 3 CTAs an SM resident, and planning for 3 (256-token chunks) took 26.5 us
 // where 2 (512-token chunks) took 23.4 us. The SM70 body keeps choose_chunk_tokens' rule
 // for 4 CTAs an SM. Same contract as the make_decode_plan above.
 inline constexpr int kSm80PlanCtasPerSm = 2;
+inline constexpr int kSm80MinChunkRounds = 2;
 
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan) {
@@ -155,7 +157,7 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (!valid.ok()) return valid;
   const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
   const int chunk = choose_wave_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kSm80CtaTokens,
-                                             resident * sms);
+                                             resident * sms, kSm80MinChunkRounds);
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident);
 }
 
