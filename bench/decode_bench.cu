@@ -4,7 +4,8 @@
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
 //                 --contexts | --breakdown | --profile [--shape N]]
-// --experiment times the default atom over chunk sizes (one wave of CTAs against several);
+// --experiment [--shape N] times the default atom over chunk sizes (one wave of CTAs against
+// several; N: only the N-th sweep);
 // --plans times every shape with its default plan (choose_wave_chunk_tokens in the SM80
 // body's 64-token rounds) and with the chunk of the rule it replaced (the same in the SM70
 // body's 128-token rounds);
@@ -281,7 +282,7 @@ std::string join(const std::vector<int32_t>& v) {
 
 int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
-  int profile_shape = 0;
+  int shape_arg = -1;  // --shape N: --profile's shape (default 0), --experiment's sweep (default all)
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const bool has_value = i + 1 < argc;
@@ -291,7 +292,7 @@ int main(int argc, char** argv) {
     else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown" ||
              k == "--ramp")
       mode = k.substr(2);
-    else if (k == "--shape" && has_value) profile_shape = std::atoi(argv[++i]);
+    else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
       return 2;
@@ -315,18 +316,30 @@ int main(int argc, char** argv) {
   if (mode == "experiment") {  // the default atom over chunk sizes: one wave of CTAs against several
     // Smaller chunks give more CTAs than an SM's slots hold, so the block scheduler hands the
     // next CTA to whichever SM frees a slot first (docs/performance.md, "unequal rates").
-    const std::pair<int, std::vector<int>> sweeps[] = {
-        {0, {0, 640, 512, 384, 256}},  // seed, page 800
-        {5, {0, 2048, 1024, 512}},     // TP1
-        {4, {0, 256, 1024}},           // B4 ragged ~32K
-        {3, {0, 256}},                 // B16 x 1K
-        {2, {0, 512}}};                // B1 x 64K
-    for (const auto& sweep : sweeps)
-      for (int c : sweep.second)
-        results.push_back(run_shape<E5m2>(shapes[sweep.first], stream, sms, l2, copy, c,
-                                          c ? std::to_string(c) + "-token chunks" : "default plan"));
-    for (int c : {0, 256}) results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, c,
-                                                                       c ? std::to_string(c) + "-token chunks" : "default plan"));
+    // One sequence of 16K, 32K and 128K: the plan's wave rule does not count the combine,
+    // whose cost grows with the chunks (B1 x 32K took 256 chunks of 128 tokens).
+    const std::pair<Shape, std::vector<int>> sweeps[] = {
+        {shapes[0], {0, 640, 512, 384, 256}},  // seed, page 800
+        {shapes[5], {0, 2048, 1024, 512}},     // TP1
+        {shapes[4], {0, 256, 1024}},           // B4 ragged ~32K
+        {shapes[3], {0, 256}},                 // B16 x 1K
+        {shapes[2], {0, 512}},                 // B1 x 64K
+        {{"B1 x 16K, page 800", 1, 16384, 800, 6, 1, false}, {0, 256}},
+        {{"B1 x 32K, page 800", 1, 32768, 800, 6, 1, false}, {0, 256, 512}},
+        {{"B1 x 128K, page 800", 1, 131072, 800, 6, 1, false}, {0, 1024}}};
+    constexpr int kSweeps = int(sizeof sweeps / sizeof sweeps[0]);
+    if (shape_arg >= kSweeps) {
+      std::fprintf(stderr, "decode_bench: --experiment --shape must be 0..%d\n", kSweeps - 1);
+      return 2;
+    }
+    for (int i = 0; i < kSweeps; ++i)
+      if (shape_arg < 0 || shape_arg == i)
+        for (int c : sweeps[i].second)
+          results.push_back(run_shape<E5m2>(sweeps[i].first, stream, sms, l2, copy, c,
+                                            c ? std::to_string(c) + "-token chunks" : "default plan"));
+    if (shape_arg < 0)
+      for (int c : {0, 256}) results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, c,
+                                                                         c ? std::to_string(c) + "-token chunks" : "default plan"));
   } else if (mode == "plans") {  // the default plan against the rule it replaced
     auto compare = [&](auto config, const Shape& s) {
       using C = decltype(config);
@@ -374,7 +387,8 @@ int main(int argc, char** argv) {
     for (int i : {0, 2, 3, 4, 5}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, 0, "", true));
   } else if (mode == "profile") {  // one shape, for ncu
-    if (profile_shape < 0 || profile_shape >= vxqa_bench::kShapeCount) {
+    const int profile_shape = shape_arg < 0 ? 0 : shape_arg;
+    if (profile_shape >= vxqa_bench::kShapeCount) {
       std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", vxqa_bench::kShapeCount - 1);
       return 2;
     }
