@@ -316,8 +316,8 @@ int main(int argc, char** argv) {
   if (mode == "experiment") {  // the default atom over chunk sizes: one wave of CTAs against several
     // Smaller chunks give more CTAs than an SM's slots hold, so the block scheduler hands the
     // next CTA to whichever SM frees a slot first (docs/performance.md, "unequal rates").
-    // One sequence of 16K, 32K and 128K: the plan's wave rule does not count the combine,
-    // whose cost grows with the chunks (B1 x 32K took 256 chunks of 128 tokens).
+    // One sequence of 16K, 32K and 128K, and B16 x 2K: the plan's wave rule does not count
+    // the combine, whose cost grows with the chunks (B1 x 32K took 256 chunks of 128 tokens).
     const std::pair<Shape, std::vector<int>> sweeps[] = {
         {shapes[0], {0, 640, 512, 384, 256}},  // seed, page 800
         {shapes[5], {0, 2048, 1024, 512}},     // TP1
@@ -326,7 +326,8 @@ int main(int argc, char** argv) {
         {shapes[2], {0, 512}},                 // B1 x 64K
         {{"B1 x 16K, page 800", 1, 16384, 800, 6, 1, false}, {0, 256}},
         {{"B1 x 32K, page 800", 1, 32768, 800, 6, 1, false}, {0, 256, 512}},
-        {{"B1 x 128K, page 800", 1, 131072, 800, 6, 1, false}, {0, 1024}}};
+        {{"B1 x 128K, page 800", 1, 131072, 800, 6, 1, false}, {0, 1024}},
+        {{"B16 x 2K, page 800", 16, 2048, 800, 6, 1, false}, {0, 256}}};
     constexpr int kSweeps = int(sizeof sweeps / sizeof sweeps[0]);
     if (shape_arg >= kSweeps) {
       std::fprintf(stderr, "decode_bench: --experiment --shape must be 0..%d\n", kSweeps - 1);
