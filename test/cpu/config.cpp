@@ -256,6 +256,16 @@ TEST_CASE("choose_wave_chunk_tokens: measured shapes on 132 SMs x 2 CTAs (264 sl
   CHECK(vxqa::choose_wave_chunk_tokens(16, 1024, 1, 64, 264, 2) == 128);
   CHECK(vxqa::choose_wave_chunk_tokens(16, 16384, 4, 64, 264, 2) == 4096);
   CHECK(vxqa::choose_wave_chunk_tokens(1, 65536, 1, 64, 264, 2) == 256);
+  // choose_sm80_chunk_tokens: one CTA an SM where two would only get the floor of 2 rounds.
+  CHECK(vxqa::choose_sm80_chunk_tokens(1, 32768, 1, 64, 132, 2, 2) == 256);  // 128 CTAs, not 256 of 128
+  CHECK(vxqa::choose_sm80_chunk_tokens(16, 2048, 1, 64, 132, 2, 2) == 256);
+  CHECK(vxqa::choose_sm80_chunk_tokens(16, 1024, 1, 64, 132, 2, 2) == 128);  // the same either way
+  CHECK(vxqa::choose_sm80_chunk_tokens(1, 16384, 1, 64, 132, 2, 2) == 128);
+  CHECK(vxqa::choose_sm80_chunk_tokens(1, 65536, 1, 64, 132, 2, 2) == 256);  // 256 CTAs of 256: two an SM
+  CHECK(vxqa::choose_sm80_chunk_tokens(16, 18600, 1, 64, 132, 2, 2) == 1216);
+  CHECK(vxqa::choose_sm80_chunk_tokens(1, 32768, 1, 64, 132, 1, 2) == 256);  // one resident: the wave rule
+  CHECK(vxqa::choose_sm80_chunk_tokens(1, 32768, 1, 64, 132, 1, 2) ==
+        vxqa::choose_wave_chunk_tokens(1, 32768, 1, 64, 132, 2));
   // min_multiple is a floor.
   CHECK(vxqa::choose_wave_chunk_tokens(16, 1024, 1, 128, 264, 2) == 256);
   CHECK(vxqa::choose_wave_chunk_tokens(4, 100, 1, 128, 264, 4) == 512);

@@ -128,7 +128,7 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
 
 // A plan for the current device: its SM count, and for the SM80 body the CTAs per SM it
 // keeps resident (decode_smem_bytes' shared memory), at most kSm80PlanCtasPerSm, whose
-// slots choose_wave_chunk_tokens fills in whole waves, in multiples of the SM80 body's round
+// slots choose_sm80_chunk_tokens fills in whole waves, in multiples of the SM80 body's round
 // (kSm80CtaTokens, 64 tokens with 4 warps) and at least kSm80MinChunkRounds of them (one
 // 16-token tile a warp made B16 x 1K 11.8 us against 9.3 with two). Measured (docs/performance.md):
 // D = 128 keeps 3 CTAs an SM resident, and planning for 3 (256-token chunks) took 26.5 us
@@ -156,8 +156,8 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   const Status valid = make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident);
   if (!valid.ok()) return valid;
   const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  const int chunk = choose_wave_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kSm80CtaTokens,
-                                             resident * sms, kSm80MinChunkRounds);
+  const int chunk = choose_sm80_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kSm80CtaTokens,
+                                             sms, resident, kSm80MinChunkRounds);
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident);
 }
 

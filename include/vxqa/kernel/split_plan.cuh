@@ -95,4 +95,19 @@ VXQA_HD int choose_wave_chunk_tokens(int max_batch, int max_context, int head_ti
   return best;
 }
 
+// The SM80 plan's chunk (make_decode_plan without sm_count): whole waves of
+// `resident_per_sm` CTAs an SM in multiples of `cta_tokens` (the SM80 body's round), at
+// least `min_rounds` of them; but where that is only the floor of min_rounds rounds (a
+// small capacity), whole waves of one CTA an SM instead, whose chunks are then longer.
+// Measured (docs/performance.md, "Short chunks"): B1 x 32K 12.5 us in 128 chunks of 256
+// tokens against 15.9 in 256 of 128, B16 x 2K 13.0 against 13.7; B16 x 1K keeps 128 (9.3
+// against 9.6 with 256).
+VXQA_HD int choose_sm80_chunk_tokens(int max_batch, int max_context, int head_tiles, int cta_tokens, int sms,
+                                     int resident_per_sm, int min_rounds) {
+  const int shared = choose_wave_chunk_tokens(max_batch, max_context, head_tiles, cta_tokens,
+                                              sms * resident_per_sm, min_rounds);
+  if (resident_per_sm <= 1 || shared > min_rounds * cta_tokens) return shared;
+  return choose_wave_chunk_tokens(max_batch, max_context, head_tiles, cta_tokens, sms, min_rounds);
+}
+
 }  // namespace vxqa
