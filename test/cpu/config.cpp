@@ -262,7 +262,11 @@ TEST_CASE("choose_wave_chunk_tokens: measured shapes on 132 SMs x 2 CTAs (264 sl
   CHECK(vxqa::choose_sm80_chunk_tokens(16, 1024, 1, 64, 132, 2, 2) == 128);  // the same either way
   CHECK(vxqa::choose_sm80_chunk_tokens(1, 16384, 1, 64, 132, 2, 2) == 128);
   CHECK(vxqa::choose_sm80_chunk_tokens(1, 65536, 1, 64, 132, 2, 2) == 256);  // 256 CTAs of 256: two an SM
+  // The benchmark table's shapes keep two CTAs an SM (docs/performance.md's table).
   CHECK(vxqa::choose_sm80_chunk_tokens(16, 18600, 1, 64, 132, 2, 2) == 1216);
+  CHECK(vxqa::choose_sm80_chunk_tokens(4, 34240, 1, 64, 132, 2, 2) == 576);
+  CHECK(vxqa::choose_sm80_chunk_tokens(16, 16384, 4, 64, 132, 2, 2) == 4096);
+  CHECK(vxqa::choose_sm80_chunk_tokens(8, 8560, 2, 64, 132, 2, 2) == 576);
   CHECK(vxqa::choose_sm80_chunk_tokens(1, 32768, 1, 64, 132, 1, 2) == 256);  // one resident: the wave rule
   CHECK(vxqa::choose_sm80_chunk_tokens(1, 32768, 1, 64, 132, 1, 2) ==
         vxqa::choose_wave_chunk_tokens(1, 32768, 1, 64, 132, 2));
