@@ -339,8 +339,9 @@ int main(int argc, char** argv) {
           results.push_back(run_shape<E5m2>(sweeps[i].first, stream, sms, l2, copy, c,
                                             c ? std::to_string(c) + "-token chunks" : "default plan"));
     if (shape_arg < 0)
-      for (int c : {0, 256}) results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, c,
-                                                                         c ? std::to_string(c) + "-token chunks" : "default plan"));
+      for (int c : {0, 256})
+        results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, c,
+                                              c ? std::to_string(c) + "-token chunks" : "default plan"));
   } else if (mode == "plans") {  // the default plan against the rule it replaced
     auto compare = [&](auto config, const Shape& s) {
       using C = decltype(config);

@@ -198,7 +198,8 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     for (const char* s :
          {"page unlisted", "group 1", "group 9", "group 16", "kv heads 1", "kv heads 8", "batch 1", "batch 32",
           "shared prefix", "plan explicit", "plan auto", "plan max_batch above batch",
-          "plan max_context above longest", "one chunk", "plan chunk of half SM70 rounds", "flat scores", "peaked scores", "small scale",
+          "plan max_context above longest", "one chunk", "plan chunk of half SM70 rounds", "flat scores",
+          "peaked scores", "small scale",
           "large scale", "length 0", "length 1", "length 31", "length 32", "length 33", "length page-1",
           "length page+1", "length > 60000", "inf meets 0 at q", "inf meets 0 at k", "bad page -1",
           "bad page 2147483647", "bad page -2147483648", "bad page 50000000", "bad page num_pages + 0",
