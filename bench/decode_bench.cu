@@ -84,7 +84,7 @@ void launch_parts(const vxqa::DecodeParams& p, const vxqa::DecodePlan& plan, voi
                   cudaStream_t stream) {
   vxqa::DecodeKernelArgs args = vxqa::make_decode_args<Config>(p, plan, workspace);
   int smem = 0;
-  if (!vxqa::decode_smem_bytes<Config>(&smem).ok()) std::exit(1);
+  if (!vxqa::decode_smem_bytes<Config>(&smem).ok() || !vxqa::apply_smem_opt_in<Config>(smem).ok()) std::exit(1);
   if (parts & kEmptyKernel) empty_kernel<<<1, 32, 0, stream>>>();
   if (parts & kMemset) DEMO_CHECK(cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream));
   void* kernel_args[] = {&args};
@@ -254,6 +254,7 @@ AppendResult run_append(int tokens, int kv_heads, int head_dim, cudaStream_t str
   p.head_dim = head_dim;
   p.k_cache = kc;
   p.v_cache = vc;
+  p.cache_type = vxqa::KvType::kE5M2;
   p.page_stride = int64_t(page) * row;
   p.token_stride = int64_t(row);
   p.head_stride = head_dim;

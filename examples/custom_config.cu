@@ -114,6 +114,7 @@ int main() {
   append.head_dim = d;
   append.k_cache = const_cast<void*>(params.k_cache);
   append.v_cache = const_cast<void*>(params.v_cache);
+  append.cache_type = params.cache_type;
   append.page_stride = params.page_stride;
   append.token_stride = params.token_stride;
   append.head_stride = params.head_stride;

@@ -29,6 +29,7 @@ vxqa::AppendKvParams good_params() {
   p.head_dim = 64;
   p.k_cache = fake(0x400000);
   p.v_cache = fake(0x500000);
+  p.cache_type = vxqa::KvType::kE5M2;
   p.page_stride = 16 * 64;
   p.token_stride = 64;
   p.head_stride = 64;
@@ -65,6 +66,35 @@ TEST_CASE("validate_append_kv accepts valid layouts", "[append_kv_validate]") {
   REQUIRE(vxqa::validate_append_kv(p).ok());
 }
 
+TEST_CASE("validate_append_kv ignores the strides of size-1 dimensions", "[append_kv_validate]") {
+  // Framework views of a dimension of one row carry any stride; index 0 never uses it.
+  vxqa::AppendKvParams p = good_params();  // one KV head: head strides are free
+  p.head_stride = 5;
+  p.key_head_stride = p.value_head_stride = 3;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+  p = good_params();  // one token a page: the token stride is free
+  p.page_size = 1;
+  p.num_pages = 64;
+  p.page_stride = 64;
+  p.token_stride = 7;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+  p = good_params();  // one page in the pool: its stride is free
+  p.num_pages = 1;
+  p.page_stride = 9;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+  p = good_params();  // one token: its input stride is free
+  p.num_tokens = 1;
+  p.key_token_stride = p.value_token_stride = -3;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+  // The same strides are refused where the dimension has two rows.
+  p.num_tokens = 2;
+  REQUIRE(vxqa::validate_append_kv(p).field() == "key_token_stride");
+  p = good_params();
+  p.num_pages = 2;
+  p.page_stride = 9;
+  REQUIRE(vxqa::validate_append_kv(p).field() == "page_stride");
+}
+
 TEST_CASE("validate_append_kv names every bad field", "[append_kv_validate]") {
   struct Bad {
     const char* field;
@@ -78,11 +108,13 @@ TEST_CASE("validate_append_kv names every bad field", "[append_kv_validate]") {
       {"key", [](vxqa::AppendKvParams& p) { p.key = fake(0x100008); }},
       {"value", [](vxqa::AppendKvParams& p) { p.value = fake(0x200002); }},
       {"key_token_stride", [](vxqa::AppendKvParams& p) { p.key_token_stride = 60; }},
-      {"key_head_stride", [](vxqa::AppendKvParams& p) { p.key_head_stride = 4; }},
+      {"key_head_stride", [](vxqa::AppendKvParams& p) { p.num_kv_heads = 2; p.token_stride = 128; p.key_head_stride = 4; }},
       {"value_token_stride", [](vxqa::AppendKvParams& p) { p.value_token_stride = -64; }},
-      {"value_head_stride", [](vxqa::AppendKvParams& p) { p.value_head_stride = -8; }},
+      {"value_head_stride", [](vxqa::AppendKvParams& p) { p.num_kv_heads = 2; p.token_stride = 128; p.value_head_stride = -8; }},
       {"slot_mapping", [](vxqa::AppendKvParams& p) { p.slot_mapping = nullptr; }},
       {"slot_mapping", [](vxqa::AppendKvParams& p) { p.slot_mapping = fake<const int64_t>(0x300004); }},
+      {"cache_type", [](vxqa::AppendKvParams& p) { p.cache_type = vxqa::KvType::kUnset; }},
+      {"cache_type", [](vxqa::AppendKvParams& p) { p.cache_type = vxqa::KvType::kUnset; p.num_tokens = 0; }},
       {"k_cache", [](vxqa::AppendKvParams& p) { p.k_cache = nullptr; }},
       {"v_cache", [](vxqa::AppendKvParams& p) { p.v_cache = fake(0x500008); }},
       {"page_size", [](vxqa::AppendKvParams& p) { p.page_size = 0; }},
@@ -90,7 +122,7 @@ TEST_CASE("validate_append_kv names every bad field", "[append_kv_validate]") {
       {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 8; }},   // 8 bytes: not 16
       {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 16; }},  // rows overlap
       {"token_stride", [](vxqa::AppendKvParams& p) { p.token_stride = 0; }},
-      {"head_stride", [](vxqa::AppendKvParams& p) { p.head_stride = 24; }},
+      {"head_stride", [](vxqa::AppendKvParams& p) { p.num_kv_heads = 2; p.token_stride = 256; p.head_stride = 72; }},
       {"head_stride", [](vxqa::AppendKvParams& p) { p.num_kv_heads = 2; p.token_stride = 128; p.head_stride = 32; }},
       {"page_stride", [](vxqa::AppendKvParams& p) { p.page_stride = 0; }},
       {"page_stride", [](vxqa::AppendKvParams& p) { p.page_stride = 64; }},  // pages overlap

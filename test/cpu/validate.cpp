@@ -70,6 +70,7 @@ Step valid_step(int page_size = Config::kPageSize ? Config::kPageSize : 16) {
   p.out_head_stride = D;
   p.out_batch_stride = int64_t(kHkv) * kGroup * D;
   p.lse = fake<float>(0x7f0000030000);
+  p.cache_type = Config::kKv;
   p.k_cache = fake(0x7f0001000000);
   p.v_cache = fake(0x7f0002000000);
   p.head_stride = D;
@@ -140,7 +141,10 @@ std::vector<Breakage> breakages() {
       {"seq_lens 2 bytes off", "seq_lens", [](Step& s) { s.params.seq_lens = nudge(s.params.seq_lens, 2); }},
       // Cache strides that are not multiples of 16 bytes.
       {"page_stride + 8 bytes", "page_stride", [=](Step& s) { s.params.page_stride += half16; }},
-      {"token_stride + 8 bytes", "token_stride", [=](Step& s) { s.params.token_stride += half16; }},
+      {"token_stride + 8 bytes", "token_stride", [=](Step& s) {
+         s.params.token_stride += half16;
+         if (s.params.page_size == 1) s.params.page_size = 2;  // one token a page needs no stride
+       }},
       {"head_stride + 8 bytes", "head_stride", [=](Step& s) { s.params.head_stride += half16; }},
       {"head_stride + 1 element", "head_stride", [=](Step& s) { s.params.head_stride += 1; }},
       // q rows: 16-byte aligned rows, at least D apart; out rows at least D apart.
@@ -170,7 +174,11 @@ std::vector<Breakage> breakages() {
       {"group_size differs from the plan", "group_size", [](Step& s) { s.params.group_size = 5; }},
       {"num_kv_heads 0", "num_kv_heads", [](Step& s) { s.params.num_kv_heads = 0; }},
       {"num_kv_heads differs from the plan", "num_kv_heads", [](Step& s) { s.params.num_kv_heads = 3; }},
-      {"batch 0", "batch", [](Step& s) { s.params.batch = 0; }},
+      {"batch -1", "batch", [](Step& s) { s.params.batch = -1; }},
+      {"cache_type not set", "cache_type", [](Step& s) { s.params.cache_type = KvType::kUnset; }},
+      {"cache_type of the other format", "cache_type", [](Step& s) {
+         s.params.cache_type = Config::kKv == KvType::kE5M2 ? KvType::kFp16 : KvType::kE5M2;
+       }},
       {"batch > plan.max_batch", "batch", [](Step& s) { s.params.batch = s.plan.max_batch + 1; }},
       {"page_size 0", "page_size", [](Step& s) { s.params.page_size = 0; }},
       {"page_size -16", "page_size", [](Step& s) { s.params.page_size = -16; }},
@@ -351,6 +359,35 @@ TEST_CASE("validate: what is allowed stays allowed", "[validate]") {
   s.params.k_scale = 1e-20f;
   s.params.softmax_scale = 1e20f;
   expect_ok("padded cache strides, longer block table, extreme finite scales", s);
+
+  s = valid_step<Config>();
+  s.params.batch = 0;  // nothing to do: no pointer is looked at
+  s.params.q = s.params.out = nullptr;
+  s.params.block_table = s.params.seq_lens = nullptr;
+  s.workspace = nullptr;
+  expect_ok("batch 0", s);
+
+  // A dimension of one row: its stride is never used, and framework views carry any.
+  s = valid_step<Config>();
+  s.params.num_kv_heads = 1;
+  s.plan = make_plan<Config>(8, 4096, 1, 6, 80);
+  s.workspace_bytes = s.plan.workspace_bytes;
+  s.params.head_stride = 3;
+  expect_ok("one KV head, head_stride 3", s);
+  s.params.page_size = 1;
+  s.params.max_pages_per_seq = 4096;
+  s.params.block_table_stride = 4096;
+  s.params.num_pages = 8 * 4096;
+  s.params.page_stride = 128;
+  s.params.token_stride = 5;
+  expect_ok("one token a page, token_stride 5", s);
+  s.params.num_pages = 1;
+  s.params.page_stride = 0;
+  expect_ok("one page in the pool, page_stride 0", s);
+  s.params.page_stride = 7;
+  expect_ok("one page in the pool, page_stride 7", s);
+  s.params.num_pages = 2;
+  CHECK(run<Config>(s).field() == "page_stride");  // two pages: the stride matters again
 
   s = valid_step<Config>();
   s.host_lens.assign(8, s.plan.max_context);

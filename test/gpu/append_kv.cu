@@ -227,6 +227,7 @@ TEST_CASE("append_kv: a slot outside the pool is flagged and never written", "[a
   p.head_dim = pool.head_dim;
   p.k_cache = kc.get();
   p.v_cache = vc.get();
+  p.cache_type = vxqa::KvType::kE5M2;
   p.page_stride = pool.page_stride;
   p.token_stride = pool.token_stride;
   p.head_stride = pool.head_stride;
@@ -265,6 +266,7 @@ TEST_CASE("append_kv validates before it launches", "[append_kv]") {
   p.num_kv_heads = 1;
   p.head_dim = 64;
   p.k_cache = p.v_cache = cache.get();
+  p.cache_type = vxqa::KvType::kE5M2;
   p.page_stride = 16 * 64;
   p.token_stride = 64;
   p.head_stride = 64;
@@ -323,6 +325,7 @@ TEST_CASE("append_kv then decode equals the float64 reference over the written c
     ap.head_dim = p.head_dim;
     ap.k_cache = const_cast<void*>(dp.k_cache);
     ap.v_cache = const_cast<void*>(dp.v_cache);
+    ap.cache_type = dp.cache_type;
     ap.page_stride = dp.page_stride;
     ap.token_stride = dp.token_stride;
     ap.head_stride = dp.head_stride;

@@ -186,6 +186,8 @@ TEST_CASE("Decoder names the field when no Config fits, and refuses to decode be
   vxqa::DecoderShape s;
   s.head_dim = 256;
   s.page_size = 16;
+  REQUIRE(decoder.init(s).field() == "cache_type");  // never assumed
+  s.cache_type = vxqa::KvType::kE5M2;
   s.num_kv_heads = 1;
   s.group_size = 1;
   s.max_batch = 1;

@@ -28,7 +28,7 @@ struct AppendKvParams {
   // The cache (as DecodeParams: elements of cache_type, K and V sharing the strides).
   void* k_cache = nullptr;
   void* v_cache = nullptr;
-  KvType cache_type = KvType::kE5M2;
+  KvType cache_type = KvType::kUnset;  // must be set: never assumed from the element size
   int64_t page_stride = 0, token_stride = 0, head_stride = 0;
   int page_size = 0;
   int num_pages = 0;
@@ -49,16 +49,21 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (p.num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
   if (p.head_dim < 8 || p.head_dim % 8)
     return Status::invalid("head_dim", str(p.head_dim) + " must be a positive multiple of 8");
+  if (p.cache_type == KvType::kUnset)
+    return Status::invalid("cache_type", "is not set: say the cache's element format (KvType::kE5M2 or kFp16)");
   if (p.num_tokens == 0) return Status();
   if (!p.key) return Status::invalid("key", "is null");
   if (!p.value) return Status::invalid("value", "is null");
   if (!aligned(p.key, 16)) return Status::invalid("key", "must be 16-byte aligned");
   if (!aligned(p.value, 16)) return Status::invalid("value", "must be 16-byte aligned");
-  const struct { const char* name; int64_t stride; } input_strides[] = {
-      {"key_token_stride", p.key_token_stride}, {"key_head_stride", p.key_head_stride},
-      {"value_token_stride", p.value_token_stride}, {"value_head_stride", p.value_head_stride}};
+  // The stride of a dimension of one row is never used (index 0): framework views of size-1
+  // dimensions carry any stride, here and in the cache.
+  const struct { const char* name; int64_t stride; int extent; } input_strides[] = {
+      {"key_token_stride", p.key_token_stride, p.num_tokens}, {"key_head_stride", p.key_head_stride, p.num_kv_heads},
+      {"value_token_stride", p.value_token_stride, p.num_tokens},
+      {"value_head_stride", p.value_head_stride, p.num_kv_heads}};
   for (const auto& s : input_strides)
-    if (s.stride < 0 || s.stride % 8)
+    if (s.extent > 1 && (s.stride < 0 || s.stride % 8))
       return Status::invalid(s.name, str(s.stride) + " must be >= 0 and a multiple of 8 elements (16 bytes)");
   if (!p.slot_mapping) return Status::invalid("slot_mapping", "is null");
   if (!aligned(p.slot_mapping, 8)) return Status::invalid("slot_mapping", "must be 8-byte aligned");
@@ -70,10 +75,12 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (!aligned(p.v_cache, 16)) return Status::invalid("v_cache", "must be 16-byte aligned");
   if (p.page_size < 1) return Status::invalid("page_size", "must be >= 1");
   if (p.num_pages < 1) return Status::invalid("num_pages", "must be >= 1: the pages in the K/V pool");
-  const struct { const char* name; int64_t stride; } cache_strides[] = {
-      {"page_stride", p.page_stride}, {"token_stride", p.token_stride}, {"head_stride", p.head_stride}};
+  const struct { const char* name; int64_t stride; int extent; } cache_strides[] = {
+      {"page_stride", p.page_stride, p.num_pages}, {"token_stride", p.token_stride, p.page_size},
+      {"head_stride", p.head_stride, p.num_kv_heads}};
   for (const auto& s : cache_strides)  // signed, as DecodeParams allows
-    if ((s.stride * eb) % 16) return Status::invalid(s.name, str(s.stride) + " must be a multiple of 16 bytes");
+    if (s.extent > 1 && (s.stride * eb) % 16)
+      return Status::invalid(s.name, str(s.stride) + " must be a multiple of 16 bytes");
   if (const int bad = detail::overlapping_stride(p.token_stride, p.page_size, p.head_stride, p.num_kv_heads,
                                                   p.head_dim))
     return Status::invalid(bad == 1 ? "token_stride" : "head_stride",

@@ -80,8 +80,8 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
 // kernel's ptxVersion, which is what __CUDA_ARCH__ was), else the SM70 one; and whether
 // that code waits for its predecessor (griddepcontrol, compiled in from compute_90 on: only
 // then does decode() launch the kernels as programmatic dependents — code JIT-compiled for
-// an H100 from compute_80 PTX has no wait). Asked once per device, when the shared-memory
-// opt-in is set too; later calls read the cache.
+// an H100 from compute_80 PTX has no wait). These are properties of the code a device runs:
+// asked once per device, later calls read the cache.
 namespace detail {
 
 // A nonzero int known once per device (per cache: each caller keeps its own static array):
@@ -101,6 +101,9 @@ Status cached_per_device(std::atomic<int> (&cache)[kMaxCachedDevices], int* valu
   return asked;
 }
 
+// Dynamic shared memory a kernel may take without the opt-in.
+inline constexpr int kDefaultMaxDynamicSmemBytes = 48 * 1024;
+
 }  // namespace detail
 
 template <class Config>
@@ -110,12 +113,10 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
   int known = 0;
   const Status s = detail::cached_per_device(cache, &known, [](int, int* value) {
     cudaFuncAttributes attributes{};
-    cudaError_t err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
+    const cudaError_t err = cudaFuncGetAttributes(&attributes, decode_kernel<Config>);
     if (err != cudaSuccess) return Status::cuda("cudaFuncGetAttributes", cudaGetErrorString(err));
     const bool sm80 = Config::kHasSm80Path && attributes.ptxVersion >= 80;
     const int bytes = sm80 ? Config::kSm80SmemBytes : Config::kSmemBytes;
-    err = cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (err != cudaSuccess) return Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
     *value = 4 * bytes + (attributes.ptxVersion >= 90 ? 2 : 0) + (sm80 ? 1 : 0);
     return Status();
   });
@@ -124,6 +125,19 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
   if (sm80_body) *sm80_body = known & 1;
   if (dependent_launch) *dependent_launch = (known & 2) != 0;
   return Status();
+}
+
+// Lets decode_kernel<Config> take `smem_bytes` of dynamic shared memory in the current
+// context. The opt-in belongs to the context, not to the process: after cudaDeviceReset(),
+// or in another context, it must be set again. So decode() sets it at every launch that
+// needs more than 48 KB (a host-side attribute write, no device work and legal in a graph
+// capture; its cost is measured in docs/performance.md, "Host time a call").
+template <class Config>
+Status apply_smem_opt_in(int smem_bytes) {
+  if (smem_bytes <= detail::kDefaultMaxDynamicSmemBytes) return Status();
+  const cudaError_t err =
+      cudaFuncSetAttribute(decode_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  return err == cudaSuccess ? Status() : Status::cuda("cudaFuncSetAttribute", cudaGetErrorString(err));
 }
 
 // A plan for the current device: its SM count, and for the SM80 body the CTAs per SM it
@@ -146,6 +160,8 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   bool sm80_body = false;
   const Status body = decode_smem_bytes<Config>(&smem, &sm80_body);
   if (!body.ok()) return body;
+  const Status opt_in = apply_smem_opt_in<Config>(smem);  // the occupancy query counts it
+  if (!opt_in.ok()) return opt_in;
   if (!sm80_body)  // the SM70 body: its plan asks for 4 CTAs per SM (docs/performance.md)
     return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, 4);
   int resident = 0;
@@ -176,13 +192,15 @@ template <class Config>
 Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
               size_t workspace_bytes, cudaStream_t stream) {
   const Status status = validate<Config>(params, plan, workspace, workspace_bytes);
-  if (!status.ok()) return status;
+  if (!status.ok() || params.batch == 0) return status;  // batch 0: nothing to do
   const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
 
   int smem_bytes = 0;
   bool pdl = false;  // the kernels' code waits for its predecessor (sm_90 code)
   const Status body = decode_smem_bytes<Config>(&smem_bytes, nullptr, &pdl);
   if (!body.ok()) return body;
+  const Status opt_in = apply_smem_opt_in<Config>(smem_bytes);
+  if (!opt_in.ok()) return opt_in;
   const bool split = plan.num_chunks > 1;
   if (!split) {  // with several chunks the decode kernel zeroes the word itself
     const cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);

@@ -4,7 +4,7 @@
 //
 //   vxqa::DecoderShape shape;  // head_dim, cache_type, page_size, heads, group, capacity
 //   vxqa::Decoder<> decoder;
-//   Status s = decoder.init(shape);          // once: plan, workspace, shared-memory opt-in
+//   Status s = decoder.init(shape);          // once: plan and workspace
 //   s = decoder.decode(params, stream);      // every step (capturable in a CUDA graph)
 //
 // Choice: the first Config of the list with the shape's head dim and cache type whose
@@ -51,7 +51,7 @@ using DefaultDecoderConfigs = typename ConcatConfigLists<DefaultDecoderConfigsFo
 // The model's shape and the capacity the plan is made for.
 struct DecoderShape {
   int head_dim = 0;
-  KvType cache_type = KvType::kE5M2;
+  KvType cache_type = KvType::kUnset;  // must be set: never assumed
   int page_size = 0;
   int num_kv_heads = 0;
   int group_size = 0;
@@ -81,9 +81,11 @@ class Decoder<ConfigList<Configs...>> {
     DecodePlan plan{};
   };
 
-  // Picks the Config and makes the plan for the current device, as init does, and sets the
-  // kernel's shared-memory opt-in (once per device and Config); allocates nothing.
+  // Picks the Config and makes the plan for the current device, as init does; allocates
+  // nothing.
   static Status choose(const DecoderShape& shape, Choice* choice) {
+    if (shape.cache_type == KvType::kUnset)
+      return Status::invalid("cache_type", "is not set: say the cache's element format (KvType::kE5M2 or kFp16)");
     if (shape.head_dim < 1) return Status::invalid("head_dim", "must be >= 1");
     if (shape.page_size < 1) return Status::invalid("page_size", "must be >= 1");
     int index = find(shape, true);
@@ -91,7 +93,7 @@ class Decoder<ConfigList<Configs...>> {
     if (index < 0)
       return Status::invalid("head_dim", "no Config of the Decoder's list takes head dim " +
                                              std::to_string(shape.head_dim) + " with a " +
-                                             (shape.cache_type == KvType::kE5M2 ? "E5M2" : "fp16") +
+                                             kv_type_name(shape.cache_type) +
                                              " cache, " + act_type_name(shape.qo_type) +
                                              " q/out and page size " + std::to_string(shape.page_size));
     DecodePlan plan;

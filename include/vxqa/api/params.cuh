@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vxqa/kernel/config.cuh>
 #include <vxqa/numeric/act_type.cuh>
 
 namespace vxqa {
@@ -23,6 +24,9 @@ struct DecodeParams {
 
   // Cache: logical [num_pages, page_size, Hkv, D] (vLLM NHD), any strides (elements),
   // K and V as two pointers sharing the strides. 1-byte E5M2 or 2-byte fp16 elements.
+  // cache_type says which, and must be the Config's: it has no default, because a byte
+  // cache may hold E5M2 or E4M3 codes (vLLM's "fp8" is E4M3) and is never assumed to be one.
+  KvType cache_type = KvType::kUnset;
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   int64_t page_stride = 0, token_stride = 0, head_stride = 0;

@@ -90,14 +90,22 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (p.qo_type != Config::kQo)
     return Status::invalid("qo_type", std::string(act_type_name(p.qo_type)) + " q/out given to a Config built for " +
                                           ActTraits<Config::kQo>::kName + " (DecodeConfig's Qo)");
+  if (p.cache_type == KvType::kUnset)
+    return Status::invalid("cache_type", "is not set: say the cache's element format (KvType::kE5M2 or kFp16); "
+                                         "a byte cache may hold E5M2 or E4M3 codes, and vxqa never guesses");
+  if (p.cache_type != Config::kKv)
+    return Status::invalid("cache_type", std::string(kv_type_name(p.cache_type)) +
+                                             " cache given to a Config built for " + KvTraits<Config::kKv>::kName +
+                                             " (DecodeConfig's Kv)");
   if (p.group_size < 1) return Status::invalid("group_size", str(p.group_size) + " must be >= 1");
   if (p.group_size != plan.group_size)
     return Status::invalid("group_size", "differs from the plan's " + str(plan.group_size));
   if (p.num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
   if (p.num_kv_heads != plan.num_kv_heads)
     return Status::invalid("num_kv_heads", "differs from the plan's " + str(plan.num_kv_heads));
-  if (p.batch < 1 || p.batch > plan.max_batch)
-    return Status::invalid("batch", str(p.batch) + " is outside 1..plan.max_batch (" + str(plan.max_batch) + ")");
+  if (p.batch < 0 || p.batch > plan.max_batch)
+    return Status::invalid("batch", str(p.batch) + " is outside 0..plan.max_batch (" + str(plan.max_batch) + ")");
+  if (p.batch == 0) return Status();  // nothing to do: decode() launches nothing, uses no pointer
   if (p.page_size < 1) return Status::invalid("page_size", "must be >= 1");
   if (!PageSize<Config::kPageSize>::matches(p.page_size))
     return Status::invalid("page_size", str(p.page_size) + " does not match the Config's compile-time " +
@@ -129,14 +137,19 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (!p.v_cache) return Status::invalid("v_cache", "is null");
   if (!aligned(p.k_cache, 16)) return Status::invalid("k_cache", "must be 16-byte aligned");
   if (!aligned(p.v_cache, 16)) return Status::invalid("v_cache", "must be 16-byte aligned");
-  if ((p.page_stride * eb) % 16) return Status::invalid("page_stride", "must be a multiple of 16 bytes");
-  if ((p.token_stride * eb) % 16) return Status::invalid("token_stride", "must be a multiple of 16 bytes");
-  if ((p.head_stride * eb) % 16) return Status::invalid("head_stride", "must be a multiple of 16 bytes");
+  // The stride of a dimension of one row is never used (index 0): framework views of size-1
+  // dimensions carry any stride.
+  if (p.num_pages > 1 && (p.page_stride * eb) % 16)
+    return Status::invalid("page_stride", "must be a multiple of 16 bytes");
+  if (p.page_size > 1 && (p.token_stride * eb) % 16)
+    return Status::invalid("token_stride", "must be a multiple of 16 bytes");
+  if (p.num_kv_heads > 1 && (p.head_stride * eb) % 16)
+    return Status::invalid("head_stride", "must be a multiple of 16 bytes");
   if (const int bad = detail::overlapping_stride(p.token_stride, p.page_size, p.head_stride, p.num_kv_heads,
                                                   Config::kHeadDim))
     return Status::invalid(bad == 1 ? "token_stride" : "head_stride",
                            "token rows of one page overlap (stride too small, or 0)");
-  if (p.page_stride == 0 && p.max_pages_per_seq > 1)
+  if (p.page_stride == 0 && p.max_pages_per_seq > 1 && p.num_pages > 1)
     return Status::invalid("page_stride", "is 0: every page would be the same memory");
   if (p.num_pages < 1)
     return Status::invalid("num_pages", "must be >= 1: the pages in the K/V pool, against which "

@@ -2,14 +2,10 @@
 // types and error bits it shares with the host API. Host-usable: no kernels in here.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/kernel/error_bits.cuh>
 #include <vxqa/numeric/act_type.cuh>
 
 namespace vxqa {
-
-// Bits append_kv sets in its error word.
-enum AppendError : uint32_t {
-  kAppendErrorBadSlot = 1u,  // a slot below -1 or at/after num_pages * page_size: not written
-};
 
 struct AppendKvArgs {
   const void* key;  // [num_tokens, Hkv, D] of ActType, D contiguous
@@ -26,7 +22,7 @@ struct AppendKvArgs {
   float k_scale, v_scale;                    // stored = round(x / scale)
   const float* k_scale_ptr;                  // device scalars: used instead when not null
   const float* v_scale_ptr;
-  uint32_t* errors;  // AppendError bits, or null
+  uint32_t* errors;  // ErrorBit bits, or null
 };
 
 }  // namespace vxqa

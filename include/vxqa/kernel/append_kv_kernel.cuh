@@ -1,7 +1,7 @@
 // vxqa/kernel/append_kv_kernel.cuh — writes one step's new K and V rows into the paged
 // cache (vLLM's reshape_and_cache_flash contract): token t goes to slot slot_mapping[t] =
-// page * page_size + offset, -1 skips it. Each thread moves 8 elements of one (token, head)
-// row of K and of V: one 16-byte load of the fp16 / bf16 input, x / scale rounded into the
+// page * page_size + offset; a negative slot skips it. Each thread moves 8 elements of one
+// (token, head) row of K and of V: one 16-byte load of the fp16 / bf16 input, x / scale rounded into the
 // cache's type (E5M2: nearest-even, saturating to ±57344 as cuda_fp8.h's __NV_SATFINITE; fp16:
 // nearest-even), one 8- or 16-byte store. Composed from the E5M2 converter and the cache's
 // NHD strides; a slot outside the pool is never written: it sets kAppendErrorBadSlot.
@@ -48,8 +48,16 @@ template <ActType kAct, int kCacheBytes>
 __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendKvArgs a) {
   const int pieces = a.head_dim / 8;
   const int64_t total = int64_t(a.num_tokens) * a.num_kv_heads * pieces;
-  const float k_scale = a.k_scale_ptr ? *a.k_scale_ptr : a.k_scale;
-  const float v_scale = a.v_scale_ptr ? *a.v_scale_ptr : a.v_scale;
+  // A device scale that is not finite or not > 0 writes its rows as NaN codes (x / NaN),
+  // never a finite number, and sets its bit (validate_append_kv checked the host values).
+  const float k_given = a.k_scale_ptr ? *a.k_scale_ptr : a.k_scale;
+  const float v_given = a.v_scale_ptr ? *a.v_scale_ptr : a.v_scale;
+  const float k_scale = scale_is_valid(k_given) ? k_given : quiet_nan();
+  const float v_scale = scale_is_valid(v_given) ? v_given : quiet_nan();
+  if ((blockIdx.x | threadIdx.x) == 0 && a.errors) {
+    const uint32_t scale_errors = scale_error_bits(k_given, v_given);
+    if (scale_errors) atomicOr(a.errors, scale_errors);
+  }
   bool bad_slot = false;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int piece = int(i % pieces);
@@ -57,8 +65,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendK
     const int head = int(row % a.num_kv_heads);
     const int64_t token = row / a.num_kv_heads;
     const int64_t slot = a.slot_mapping[token];
-    if (slot == -1) continue;
-    if (slot < -1 || slot >= a.num_slots) {  // never written: outside the pool
+    if (slot < 0) continue;  // vLLM's padding: every negative slot is skipped
+    if (slot >= a.num_slots) {  // never written: outside the pool
       bad_slot = true;
       continue;
     }

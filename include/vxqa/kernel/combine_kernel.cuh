@@ -11,9 +11,10 @@
 // bad length, and the bad-page bits of the chunks they merge.
 //
 // NaN: a NaN chunk LSE (a NaN score, or a bad page id in that chunk) makes the max, every
-// weight and so the whole result NaN. A chunk whose live scores were all -inf arrives as
-// O = 0, LSE -inf and weighs 0; if every chunk is like that, the result is NaN (0 / 0, as
-// the float64 reference gives).
+// weight and so the whole result NaN. A chunk whose live scores were all -inf arrives with
+// LSE -inf and its O = 0 · V summed, and weighs 0: 0 · O is 0, or NaN where that O is NaN
+// (a NaN or inf V under a zero probability), as in the float64 reference. If every chunk is
+// like that, the result is NaN (0 / 0, as the reference gives).
 #pragma once
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
@@ -63,35 +64,28 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   using Shape = CombineShape<kHeadDim, kSliceWidth>;
   __shared__ float2 stream_sum[Shape::kStreams][Shape::kThreadsPerChunk];
 
-  // Launched as the decode kernel's programmatic dependent on sm_90. The lengths are read
-  // before waiting for the decode kernel's partials: they are not its output, and the kernel
-  // before it, which may have written them, was done before any decode CTA let this kernel
-  // start (each passed its own wait first). Read through L2 (ld.global.cg), never an L1 line
-  // of an earlier step. The next step's decode kernel may launch once this one waits.
+  // Launched as the decode kernel's programmatic dependent on sm_90: nothing is read before
+  // the wait, the lengths included. The kernel before the decode kernel may have written
+  // them, and the PTX ISA promises griddepcontrol.wait only the memory of this grid's own
+  // prerequisite grid (the decode kernel), not of that grid's prerequisites
+  // (docs/design.md, "Programmatic launches"). The next step's decode kernel may launch once
+  // this one waits.
   VXQA_TIMELINE_PROBE(a, kProbeCombineEntry);
   const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
-  const int len = seq_index < a.batch ? __ldcg(a.seq_lens + seq_index) : 0;
   arch::grid_dependency_wait();
   VXQA_TIMELINE_PROBE(a, kProbeCombineReleased);
   arch::launch_dependents();
   if (seq_index >= a.batch) return;
+  const int len = __ldcg(a.seq_lens + seq_index);  // through L2: never an L1 line of an earlier step
   const bool reports = blockIdx.z == 0;  // one CTA a (query head, sequence) reports errors
   const int q_heads = a.num_kv_heads * a.group_size;
   uint16_t* out = static_cast<uint16_t*>(a.out) + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
   float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
 
-  if (!length_is_valid(len, a)) {
-    if (reports && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
-    if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
-    if (threadIdx.x == 0 && lse) *lse = quiet_nan();
-    return;
-  }
-  const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
+  // The O of this stream's first kUnroll chunks is loaded with the length, before anything
+  // depends on it (up to the plan's chunk count; those past the sequence's are never used),
+  // so that one memory round trip, not two, follows the wait.
   const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
-  const float* chunk_lse = a.partial_lse + first;
-
-  // The O of this stream's first kUnroll chunks is loaded before the reductions: it does not
-  // depend on the max, so its latency overlaps theirs (a short step's critical path).
   const int stream = threadIdx.x / Shape::kThreadsPerChunk, pair = threadIdx.x % Shape::kThreadsPerChunk;
   const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + pair;
   constexpr int kStride = kHeadDim / 2, kStep = Shape::kStreams;  // float2s between chunks
@@ -99,8 +93,16 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
 #pragma unroll
   for (int u = 0; u < Shape::kUnroll; ++u) {
     const int c = stream + u * kStep;
-    early[u] = c < chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
+    early[u] = c < a.num_chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
   }
+  if (!length_is_valid(len, a)) {
+    if (reports && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
+    if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
+    if (threadIdx.x == 0 && lse) *lse = quiet_nan();
+    return;
+  }
+  const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
+  const float* chunk_lse = a.partial_lse + first;
 
   // Each warp reduces every chunk's LSE itself: no block-wide reduction or barrier.
   const int lane = threadIdx.x & 31;

@@ -14,7 +14,15 @@
 
 namespace vxqa {
 
-enum class KvType { kE5M2, kFp16 };
+// The cache's element format. kUnset is what a parameter struct holds until the caller says
+// which format its cache has: the bytes alone do not tell E5M2 from E4M3 (vLLM's "fp8"), so
+// the format is never assumed.
+enum class KvType { kUnset, kE5M2, kFp16 };
+
+// "e5m2", "fp16", or "unset".
+VXQA_HD const char* kv_type_name(KvType t) {
+  return t == KvType::kE5M2 ? "e5m2" : t == KvType::kFp16 ? "fp16" : "unset";
+}
 
 template <KvType kKv>
 struct KvTraits;
@@ -66,6 +74,7 @@ template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 
           ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
           MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16>
 struct DecodeConfig {
+  static_assert(Kv != KvType::kUnset, "DecodeConfig: KvType::kUnset is not a cache format (kE5M2 or kFp16)");
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
   static constexpr int kElemBytes = KvTraits<Kv>::kElemBytes;

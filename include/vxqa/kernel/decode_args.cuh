@@ -2,16 +2,11 @@
 // Filled by the host API from DecodeParams and a DecodePlan; no host-side types in here.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/kernel/error_bits.cuh>
 #include <vxqa/numeric/fast_divmod.cuh>
 #include <vxqa/paged/paged_kv.cuh>
 
 namespace vxqa {
-
-// Bits the kernels set in the workspace's error word.
-enum DecodeError : uint32_t {
-  kDecodeErrorBadLength = 1u,  // a length < 0, above max_context or past the block table
-  kDecodeErrorBadPage = 2u,    // a block-table id that a valid length uses is outside [0, num_pages)
-};
 
 struct DecodeKernelArgs {
   const void* q;  // [B, Hq, D] of the Config's q/out type (fp16 or bf16)
@@ -43,7 +38,7 @@ struct DecodeKernelArgs {
 
   float* partial_o;    // [max_batch, Hq, num_chunks, D], O of a chunk divided by its sum
   float* partial_lse;  // [max_batch, Hq, num_chunks], base-2 log-sum-exp of a chunk
-  uint32_t* errors;    // DecodeError bits of the step
+  uint32_t* errors;    // ErrorBit bits of the step
   // With several chunks: [max_batch, Hq, num_chunks] beside partial_lse, the DecodeError
   // bits of the CTA that computed the chunk, written with its partial; the decode kernel
   // zeroes `errors` and the combine ORs these into it, so no memset comes before the step.
@@ -52,11 +47,23 @@ struct DecodeKernelArgs {
 };
 
 #if VXQA_IS_CUDA_COMPILER
-// The scales a launch uses: from the device scalars when given.
+// The scales a launch uses: from the device scalars when given. A device scale that is not
+// finite or not > 0 gives NaN, so every output it touches is NaN (decode_kernel sets its
+// error bit); validate() has checked the host values.
 VXQA_DEVICE float qk_scale_log2_of(const DecodeKernelArgs& a) {
-  return a.k_scale_ptr ? a.qk_scale_log2 * *a.k_scale_ptr : a.qk_scale_log2;
+  if (!a.k_scale_ptr) return a.qk_scale_log2;
+  const float k_scale = *a.k_scale_ptr;
+  return scale_is_valid(k_scale) ? a.qk_scale_log2 * k_scale : quiet_nan();
 }
-VXQA_DEVICE float v_scale_of(const DecodeKernelArgs& a) { return a.v_scale_ptr ? *a.v_scale_ptr : a.v_scale; }
+VXQA_DEVICE float v_scale_of(const DecodeKernelArgs& a) {
+  if (!a.v_scale_ptr) return a.v_scale;
+  const float v_scale = *a.v_scale_ptr;
+  return scale_is_valid(v_scale) ? v_scale : quiet_nan();
+}
+// The step's kErrorBadKScale / kErrorBadVScale bits (0 where the scales are host values).
+VXQA_DEVICE uint32_t device_scale_errors(const DecodeKernelArgs& a) {
+  return scale_error_bits(a.k_scale_ptr ? *a.k_scale_ptr : 1.f, a.v_scale_ptr ? *a.v_scale_ptr : 1.f);
+}
 #endif
 
 // A length the kernels may use; anything else is flagged and yields NaN outputs.

@@ -6,8 +6,10 @@
 //   - an invalid length or a bad block-table id: NaN (and an error bit, set by the caller);
 //   - l = 0 with live tokens (every live score -inf): 0 / 0 = NaN, as the reference;
 //   - NaN anywhere in m, l or O stays NaN.
-// With several chunks a CTA writes its chunk's partial; a chunk with l = 0 writes O = 0 and
-// LSE -inf, so that it weighs nothing in the combine (never 0 · NaN).
+// With several chunks a CTA writes its chunk's partial; a chunk with l = 0 (every live score
+// -inf) writes LSE -inf and its unnormalised O, which is 0 · V summed: 0, or NaN where a V
+// under a zero probability is NaN or inf. The combine weighs it 0, and 0 · NaN keeps that
+// NaN, as the float64 reference and a one-chunk plan have it.
 #pragma once
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
@@ -103,9 +105,9 @@ VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, i
 // Where a merged head's elements go, worked out once a head by a merge that writes many of
 // them (the SM80 CTA's): an element then costs a multiply, a select and a store, with no
 // division and no address arithmetic. `scale` = 1 / l (times the V scale with one chunk),
-// NaN for a bad page; `zero`: the element is 0 whatever o is (no token, or a chunk whose l
-// is 0). The values are store_head_result's, but o * (1 / l) may differ from o / l in the
-// last bit.
+// 1 for a chunk's partial whose l is 0, NaN for a bad page; `zero`: the element is 0
+// whatever o is (one chunk, no token). The values are store_head_result's, but o * (1 / l)
+// may differ from o / l in the last bit.
 template <int kHeadDim, ActType kOut>
 struct HeadRow {
   float* partial;   // several chunks: the chunk's partial O row of the head
@@ -118,8 +120,9 @@ struct HeadRow {
       : partial(a.partial_o + partial_slot(a, w, q_head) * kHeadDim),  // used with several chunks only
         out(static_cast<uint16_t*>(a.out) + w.seq_index * a.out_batch_stride + q_head * a.out_head_stride),
         out_pairs((reinterpret_cast<uintptr_t>(out) & 3) == 0),
-        scale(bad_page ? quiet_nan() : inv_l),  // l = 0 with live tokens: o = 0, and 0 * inf = NaN
-        zero(!bad_page && (a.num_chunks == 1 ? !w.live() : l == 0.f)) {}
+        // l = 0 with live tokens: one chunk, o · inf = NaN (0 / 0); a chunk's partial keeps o.
+        scale(bad_page ? quiet_nan() : a.num_chunks > 1 && l == 0.f ? 1.f : inv_l),
+        zero(!bad_page && a.num_chunks == 1 && !w.live()) {}
 
   // Elements `dim` (even) and dim + 1 from their unnormalised o; kSplit: a.num_chunks > 1.
   template <bool kSplit>
@@ -149,7 +152,7 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
     const float value = bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
     store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
   } else {
-    a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? 0.f : o / l;
+    a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? o : o / l;
   }
   if (dim == 0) store_head_stats(a, w, q_head, m, l, bad_page);
 }

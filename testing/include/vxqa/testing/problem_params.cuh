@@ -29,6 +29,7 @@ inline DecodeParams problem_params(const reference::RandomProblem& p, const Devi
   params.out_head_stride = head_elems;
   params.out_batch_stride = seq_elems;
   params.lse = d.lse;
+  params.cache_type = p.format == reference::KvFormat::kE5M2 ? KvType::kE5M2 : KvType::kFp16;
   params.k_cache = static_cast<const uint8_t*>(d.cache) + p.k_offset * element_bytes;
   params.v_cache = static_cast<const uint8_t*>(d.cache) + p.v_offset * element_bytes;
   params.page_stride = p.page_stride;
