@@ -7,6 +7,7 @@
 #   memcheck.log racecheck.log synccheck.log (and *_sm70.log)   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
+#   host-cost.json host-cost.log         a decode() call's host time and the opt-in's share (step "hostcost")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
 #                                        plan against the rule it replaced ("plans"); ramp.json
@@ -20,7 +21,7 @@
 #   torch-build.log torch-pytest.log torch-example.log   the torch package built for this GPU,
 #                                        its pytest suite and example (step "torch":
 #                                        scripts/torch_test.sh with python3)
-# Steps run in the order VXQA_STEPS names them (default "build suite sweep bench sanitize");
+# Steps run in the order VXQA_STEPS names them (default "build suite sweep bench hostcost sanitize");
 # VXQA_SUITES: which GPU suites step "suite" runs ("default sm70").
 # VXQA_TARGETS: what step "build" builds (default: everything the steps use).
 # VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
@@ -31,7 +32,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
-steps="${VXQA_STEPS:-build suite sweep bench sanitize}"
+steps="${VXQA_STEPS:-build suite sweep bench hostcost sanitize}"
 deadline=$((SECONDS + ${VXQA_DEADLINE:-100000}))  # sanitizer runs stop starting past it
 seeds="${SWEEP_SEEDS:-10000}"
 commit="${VXQA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
@@ -43,7 +44,7 @@ step_build() {
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_cta_timeline vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
+      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -98,6 +99,11 @@ step_bench() {
   ./build-gpu/bench/vxqa_decode_bench --json "$out/bench.json" --commit "$commit" >"$out/bench.log" 2>&1
   note "bench: rc $?, $((SECONDS - start)) s"
   cat "$out/bench.log"
+}
+
+step_hostcost() {  # what a decode() call costs the host, and the shared-memory opt-in's share of it
+  ./build-gpu/bench/vxqa_host_cost --json "$out/host-cost.json" --commit "$commit" >"$out/host-cost.log" 2>&1
+  note "hostcost: rc $?: $(tail -1 "$out/host-cost.log")"
 }
 
 step_experiment() {

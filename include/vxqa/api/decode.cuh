@@ -131,7 +131,7 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
 // context. The opt-in belongs to the context, not to the process: after cudaDeviceReset(),
 // or in another context, it must be set again. So decode() sets it at every launch that
 // needs more than 48 KB (a host-side attribute write, no device work and legal in a graph
-// capture; its cost is measured in docs/performance.md, "Host time a call").
+// capture; bench/host_cost.cu measures its share of a call: docs/performance.md).
 template <class Config>
 Status apply_smem_opt_in(int smem_bytes) {
   if (smem_bytes <= detail::kDefaultMaxDynamicSmemBytes) return Status();
@@ -236,7 +236,7 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   return launch(combine, combine_grid, dim3(kCombineThreads), 0, pdl, "combine_kernel launch");
 }
 
-// Reads the error bits the last decode() on `stream` left (DecodeError). This one call
+// Reads the error bits the last decode() on `stream` left (ErrorBit). This one call
 // synchronises the stream: use it in tests and checks, not in the serving loop.
 inline Status read_decode_errors(const void* workspace, cudaStream_t stream, uint32_t* errors) {
   const cudaError_t err = cudaMemcpyAsync(errors, workspace, sizeof(uint32_t),
