@@ -6,7 +6,8 @@
 //   decode<Config>(params, plan, ws, plan.workspace_bytes, stream);   // every step
 //
 // decode() checks the parameters (validate), then enqueues the decode kernel and, with more
-// than one chunk, the combine kernel (with one chunk, a memset of the error word first; with
+// than one chunk, the combine kernel (with one chunk, reset_errors_kernel first: the error
+// word starts as the device scales' bits; with
 // several the kernels keep it themselves). With sm_90 code and several chunks both kernels
 // are their predecessors' programmatic dependents, so a launch overlaps the end of the
 // kernel before it (each waits for that kernel, and so for all earlier work, before it
@@ -202,14 +203,16 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
   const Status opt_in = apply_smem_opt_in<Config>(smem_bytes);
   if (!opt_in.ok()) return opt_in;
   const bool split = plan.num_chunks > 1;
-  if (!split) {  // with several chunks the decode kernel zeroes the word itself
-    const cudaError_t err = cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream);
-    if (err != cudaSuccess) return Status::cuda("cudaMemsetAsync", cudaGetErrorString(err));
+  if (!split) {  // with several chunks the decode kernel zeroes the word and the combine adds the scales' bits
+    void* kernel_args[] = {const_cast<DecodeKernelArgs*>(&args)};
+    const cudaError_t err =
+        cudaLaunchKernel(reinterpret_cast<const void*>(&reset_errors_kernel<Config>), dim3(1), dim3(32), kernel_args, 0, stream);
+    if (err != cudaSuccess) return Status::cuda("reset_errors_kernel launch", cudaGetErrorString(err));
   }
 
   // On sm_90 a kernel launched as its predecessor's programmatic dependent starts while
   // that one ends, and waits for its results on the device (grid_dependency_wait): the
-  // decode kernel after whatever kernel came before it (not after the memset), the combine
+  // decode kernel after whatever kernel came before it, the combine
   // after the decode kernel. cudaLaunchKernelExC returns this launch's own status
   // (cudaGetLastError would also report, and clear, an earlier error of the caller's).
   cudaLaunchAttribute attribute{};

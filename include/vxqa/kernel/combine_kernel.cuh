@@ -8,7 +8,8 @@
 // on the rest of the batch (its chunks are cut at absolute token positions).
 //
 // Errors: the decode kernel zeroed the step's error word; the CTAs of slice 0 OR into it a
-// bad length, and the bad-page bits of the chunks they merge.
+// bad length, and the bad-page bits of the chunks they merge, and one thread the bits of
+// device scales that are not finite or not > 0.
 //
 // NaN: a NaN chunk LSE (a NaN score, or a bad page id in that chunk) makes the max, every
 // weight and so the whole result NaN. A chunk whose live scores were all -inf arrives with
@@ -75,6 +76,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   arch::grid_dependency_wait();
   VXQA_TIMELINE_PROBE(a, kProbeCombineReleased);
   arch::launch_dependents();
+  if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) {  // the step's device scales, once
+    const uint32_t scale_errors = device_scale_errors(a);
+    if (scale_errors) atomicOr(a.errors, scale_errors);
+  }
   if (seq_index >= a.batch) return;
   const int len = __ldcg(a.seq_lens + seq_index);  // through L2: never an L1 line of an earlier step
   const bool reports = blockIdx.z == 0;  // one CTA a (query head, sequence) reports errors

@@ -60,7 +60,10 @@ VXQA_DEVICE float v_scale_of(const DecodeKernelArgs& a) {
   const float v_scale = *a.v_scale_ptr;
   return scale_is_valid(v_scale) ? v_scale : quiet_nan();
 }
-// The step's kErrorBadKScale / kErrorBadVScale bits (0 where the scales are host values).
+// The step's kErrorBadKScale / kErrorBadVScale bits (0 where the scales are host values),
+// set by the combine (several chunks) or reset_errors_kernel (one chunk): in the decode
+// kernel these few instructions made ptxas spill on sm_70 (D128 with 2 stages, and D128
+// with ConvertAt::kPublish, under NVRTC 12.8).
 VXQA_DEVICE uint32_t device_scale_errors(const DecodeKernelArgs& a) {
   return scale_error_bits(a.k_scale_ptr ? *a.k_scale_ptr : 1.f, a.v_scale_ptr ? *a.v_scale_ptr : 1.f);
 }

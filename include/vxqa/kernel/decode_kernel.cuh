@@ -229,17 +229,9 @@ __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKe
   VXQA_TIMELINE_PROBE(args, kProbeDecodeEntry);
   arch::grid_dependency_wait();
   VXQA_TIMELINE_PROBE(args, kProbeDecodeReleased);
-  // With several chunks no memset zeroes the error word before the step: this kernel sets
-  // it (to the scales' bits), and the combine, which starts after it, ORs the chunks' bits
-  // into it. With one chunk decode() zeroed it and every CTA ORs into it.
-  if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) {
-    const uint32_t scale_errors = device_scale_errors(args);
-    if (args.chunk_errors) {
-      *args.errors = scale_errors;
-    } else if (scale_errors) {
-      atomicOr(args.errors, scale_errors);
-    }
-  }
+  // With several chunks no memset zeroes the error word before the step: this kernel does,
+  // and the combine, which starts after it, ORs the chunks' bits into it.
+  if (args.chunk_errors && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) *args.errors = 0u;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (Config::kHasSm80Path) {
     DecodeCtaSm80<Config>::run(args, vxqa_decode_smem);
@@ -247,6 +239,15 @@ __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKe
   }
 #endif
   DecodeCta<Config>::run(args, vxqa_decode_smem);
+}
+
+// One-chunk steps of decode_kernel<Config>: the step's error word starts as the scales'
+// bits, and the decode CTAs OR theirs into it (decode() launches it before the decode
+// kernel, where a memset was: in the decode kernel these few instructions made ptxas spill
+// on sm_70). A template, as every kernel of these headers, so that it links once.
+template <class Config>
+__global__ void reset_errors_kernel(const DecodeKernelArgs a) {
+  if (threadIdx.x == 0) *a.errors = device_scale_errors(a);
 }
 #endif
 
