@@ -15,7 +15,7 @@
 // against equal lengths of the same tokens (the cost of unequal CTAs);
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
-// with the error word's memset, with the combine, an empty kernel) to place the fixed costs;
+// with the error word's reset, with the combine, an empty kernel) to place the fixed costs;
 // --profile [--shape N] runs only shape N (default 0, the seed shape) with its default plan, for ncu.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
@@ -73,9 +73,9 @@ struct Result {
 
 // The pieces a decode step can be made of, each launched plainly or left out: where a step's
 // fixed costs lie (--breakdown). The decode kernel is never a dependent launch here and the
-// memset is optional (decode() makes it only for one-chunk plans). No checks beyond the
+// error word's reset is optional (decode() launches it only for one-chunk plans; a memset until fc1accf). No checks beyond the
 // launches' own: decode() validated these parameters before.
-enum StepPart : unsigned { kMemset = 1, kDecodeKernel = 2, kCombine = 4, kEmptyKernel = 8, kCombine16 = 16, kCombine64 = 32 };
+enum StepPart : unsigned { kResetErrors = 1, kDecodeKernel = 2, kCombine = 4, kEmptyKernel = 8, kCombine16 = 16, kCombine64 = 32 };
 
 __global__ void empty_kernel() {}
 
@@ -85,9 +85,11 @@ void launch_parts(const vxqa::DecodeParams& p, const vxqa::DecodePlan& plan, voi
   vxqa::DecodeKernelArgs args = vxqa::make_decode_args<Config>(p, plan, workspace);
   int smem = 0;
   if (!vxqa::decode_smem_bytes<Config>(&smem).ok() || !vxqa::apply_smem_opt_in<Config>(smem).ok()) std::exit(1);
-  if (parts & kEmptyKernel) empty_kernel<<<1, 32, 0, stream>>>();
-  if (parts & kMemset) DEMO_CHECK(cudaMemsetAsync(args.errors, 0, sizeof(uint32_t), stream));
   void* kernel_args[] = {&args};
+  if (parts & kEmptyKernel) empty_kernel<<<1, 32, 0, stream>>>();
+  if (parts & kResetErrors)
+    DEMO_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&vxqa::reset_errors_kernel<Config>), dim3(1), dim3(32),
+                                kernel_args, 0, stream));
   if (parts & kDecodeKernel)
     DEMO_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&vxqa::decode_kernel<Config>),
                                 dim3(plan.num_chunks, p.num_kv_heads * args.m_tiles, plan.max_batch),
@@ -180,13 +182,13 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
     Breakdown b{shape.name, plan.chunk_tokens, plan.num_chunks, {{"step (decode())", replay}}};
     const std::pair<const char*, unsigned> sets[] = {
         {"decode kernel", kDecodeKernel},
-        {"memset + decode kernel", kMemset | kDecodeKernel},
+        {"reset + decode kernel", kResetErrors | kDecodeKernel},
         {"decode kernel + combine", kDecodeKernel | kCombine},
         {"decode kernel + combine of 16-dim slices", kDecodeKernel | kCombine | kCombine16},
         {"decode kernel + combine of 64-dim slices", kDecodeKernel | kCombine | kCombine64},
-        {"memset + decode + combine", kMemset | kDecodeKernel | kCombine},
+        {"reset + decode + combine", kResetErrors | kDecodeKernel | kCombine},
         {"empty kernel", kEmptyKernel},
-        {"empty kernel + memset", kEmptyKernel | kMemset}};
+        {"empty kernel + reset", kEmptyKernel | kResetErrors}};
     for (const auto& set : sets) {
       DEMO_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       for (int i = 0; i < copies; ++i) launch_parts<Config>(params[i], plan, workspace, set.second, stream);
