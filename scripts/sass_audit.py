@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sass_audit.py — checks the SASS of a cubin (sm_70, or sm_80/sm_90) against expectations in its source.
 
-    sass_audit.py [--cuobjdump PATH] [--source FILE]... [--expect-arch sm_70]
+    sass_audit.py [--cuobjdump PATH] --source FILE [--source FILE]... [--expect-arch sm_70]
                   [--toolchain NAME] CUBIN
 
 Runs `cuobjdump -res-usage` and `cuobjdump -sass` on CUBIN, prints one row per kernel
@@ -14,13 +14,16 @@ counted). In the decode kernels that loop runs
 once per 32-token tile of a warp on the SM70 path, per 16-token tile on the SM80 path. It then checks every kernel against the `vxqa-audit:`
 comment lines of the --source files:
 
-    // vxqa-audit: kernel=REGEX [require=OP,...] [forbid=OP,...] [max-registers=N]
-    //             [max-stack=N] [max-local=N] [max-shared=N] [max-instructions=N]
-    //             [toolchain=REGEX]
+    // vxqa-audit: kernel=REGEX [require=OP,...] [loop-require=OP,...] [forbid=OP,...]
+    //             [max-registers=N] [max-stack=N] [max-local=N] [max-shared=N]
+    //             [max-instructions=N] [toolchain=REGEX]
 
   kernel=REGEX     the line applies to every kernel whose mangled or demangled name
                    re.search-matches REGEX (no spaces: write \\s). It must match at least one.
-  require=OP,...   each OP must appear at least once in the kernel's SASS.
+  require=OP,...   each OP must appear at least once in the kernel's SASS (anywhere).
+  loop-require=OP,...  each OP must appear at least once in the kernel's main loop (the
+                   `main loop` row: the KV loads of a decode kernel, not its Q load). A kernel
+                   without a main loop fails the line.
   forbid=OP,...    no OP may appear.
   max-registers=N  registers per thread <= N.
   max-stack=N      stack frame bytes <= N (default 0: no spills, no stack).
@@ -30,6 +33,10 @@ comment lines of the --source files:
                    final self-branch not counted) <= N (default: unchecked).
   toolchain=REGEX  the line applies only when --toolchain NAME re.search-matches REGEX
                    (e.g. toolchain=nvrtc128 for an expectation only 12.8's ptxas meets).
+                   REGEX must match at least one of the known toolchains (KNOWN_TOOLCHAINS:
+                   the names test/sm70/CMakeLists.txt passes), and a source with such a line
+                   needs --toolchain, itself one of them: a line that could never apply, or a
+                   run that cannot tell whether it does, is an error, not a skip.
 
 An OP is an opcode with optional modifiers, e.g. HMMA.884, LDG.E.128, LDL, BAR. It matches an
 instruction whose opcode is the same and whose modifiers include all of OP's, in any order:
@@ -40,9 +47,19 @@ Paths it prints (the cubin, the sources of the vxqa-audit lines) are relative to
 repository (the directory above scripts/), or file names where they lie outside it, so its
 output names nothing of the machine it ran on; cuobjdump is named by its release.
 
-Several lines may match one kernel; all of them apply. Exit status: 0 when every check holds,
-1 on a violation (each one is printed), 2 on usage errors, a missing file, a source without
-any vxqa-audit line, or a cuobjdump failure. Python 3 standard library only.
+Several lines may match one kernel; all of them apply. Nothing passes by default:
+
+  - at least one --source is required, each with a vxqa-audit line, and at least one line
+    must apply to the toolchain;
+  - every kernel of the cubin must be covered by a line that applies;
+  - every kernel needs its resource data (REG, STACK, SHARED, LOCAL from
+    `cuobjdump -res-usage`) and a non-empty SASS body: a value cuobjdump did not print is a
+    violation, never read as 0.
+
+Exit status: 0 when every check holds, 1 on a violation (each one is printed), 2 on usage
+errors (no --source, an unknown toolchain), a missing file, a source without any
+vxqa-audit line, or a cuobjdump failure. test/sm70/fixtures/ holds crafted dumps, each
+showing one of these checks fail (ctest sass_audit.*). Python 3 standard library only.
 """
 
 import argparse
@@ -66,8 +83,15 @@ COUNT_COLUMNS = [
     ("PRMT", "PRMT"),
 ]
 
-AUDIT_KEYS = {"kernel", "require", "forbid", "max-registers", "max-stack", "max-local",
-              "max-shared", "max-instructions", "toolchain"}
+AUDIT_KEYS = {"kernel", "require", "loop-require", "forbid", "max-registers", "max-stack",
+              "max-local", "max-shared", "max-instructions", "toolchain"}
+
+# The --toolchain names test/sm70/CMakeLists.txt passes: nvcc 11.8 for sm_70, sm_80, sm_90,
+# and NVRTC 12.8 for sm_70. A toolchain= regex must match one of them.
+KNOWN_TOOLCHAINS = ["cu118", "cu118.sm80", "cu118.sm90", "nvrtc128"]
+
+# What every kernel's `cuobjdump -res-usage` line must state (a missing one is a violation).
+RESOURCE_KEYS = ["REG", "STACK", "SHARED", "LOCAL"]
 
 DEFAULT_CUOBJDUMP_CANDIDATES = [
     "/usr/lib/nvidia-cuda-toolkit/bin/cuobjdump",  # Debian's CUDA 11.8 (when installed there)
@@ -122,6 +146,7 @@ class Expectation:
         self.text = text.strip()
         self.kernel_re = None
         self.require = []
+        self.loop_require = []
         self.forbid = []
         self.max_registers = None
         self.max_stack = 0
@@ -149,12 +174,16 @@ class Expectation:
                 if key == "kernel":
                     self.kernel_re = rx
                 else:
+                    if not any(rx.search(t) for t in KNOWN_TOOLCHAINS):
+                        raise UsageError("%s: vxqa-audit: toolchain=%s matches no known toolchain "
+                                         "(%s): the line would never apply"
+                                         % (self.where, value, ", ".join(KNOWN_TOOLCHAINS)))
                     self.toolchain_re = rx
-            elif key in ("require", "forbid"):
+            elif key in ("require", "loop-require", "forbid"):
                 pats = [OpPattern(p) for p in value.split(",") if p]
                 if not pats:
                     raise UsageError("%s: vxqa-audit: empty %s=" % (self.where, key))
-                (self.require if key == "require" else self.forbid).extend(pats)
+                getattr(self, key.replace("-", "_")).extend(pats)
             else:
                 try:
                     n = int(value, 0)
@@ -167,6 +196,9 @@ class Expectation:
 
     def applies_to(self, kernel):
         return bool(self.kernel_re.search(kernel.name) or self.kernel_re.search(kernel.demangled))
+
+    def applies_to_toolchain(self, toolchain):
+        return self.toolchain_re is None or bool(self.toolchain_re.search(toolchain))
 
 
 def read_expectations(paths):
@@ -196,7 +228,8 @@ class Kernel:
         self.instructions = []  # (address, opcode, full text)
 
     def res(self, key):
-        return self.resources.get(key, 0)
+        """The resource value cuobjdump printed, or None when it printed none (never 0)."""
+        return self.resources.get(key)
 
     def count(self, pattern):
         return sum(1 for _, op, _ in self.instructions if pattern.matches(op))
@@ -354,7 +387,8 @@ def print_table(kernels, checked_names):
     patterns = [OpPattern(p) for _, p in COUNT_COLUMNS]
     rows = []
     for k in kernels:
-        row = [k.demangled, k.res("REG"), k.res("SHARED"), k.res("STACK"), k.res("LOCAL")]
+        row = [k.demangled] + ["?" if k.res(r) is None else k.res(r)
+                               for r in ("REG", "SHARED", "STACK", "LOCAL")]
         row += [k.count(p) for p in patterns]
         row += [len(k.instructions), checked_names.get(k.name, "-")]
         rows.append([str(c) for c in row])
@@ -379,11 +413,15 @@ def print_table(kernels, checked_names):
 
 
 def check(kernels, expectations, toolchain):
+    """(violations, status per kernel name, the lines that applied to `toolchain`)."""
     violations = []
     status = {}
-    for exp in expectations:
-        if exp.toolchain_re is not None and not (toolchain and exp.toolchain_re.search(toolchain)):
-            continue
+    applied = [e for e in expectations if e.applies_to_toolchain(toolchain)]
+    if expectations and not applied:
+        violations.append("no vxqa-audit line applies to toolchain %s (of %d lines): the run "
+                          "would check nothing" % (toolchain, len(expectations)))
+    covered = set()
+    for exp in applied:
         matched = [k for k in kernels if exp.applies_to(k)]
         if not matched:
             violations.append("%s: kernel=%s matches no kernel in the cubin (kernels: %s)"
@@ -391,21 +429,30 @@ def check(kernels, expectations, toolchain):
                                  ", ".join(k.demangled for k in kernels) or "none"))
             continue
         for k in matched:
+            covered.add(k.name)
             before = len(violations)
             who = "kernel %s" % k.demangled
+            missing = [r for r in RESOURCE_KEYS if k.res(r) is None]
+            if missing:
+                violations.append("%s: cuobjdump -res-usage printed no %s for it (missing "
+                                  "resource data is a failure, not 0) [%s]"
+                                  % (who, ", ".join(missing), exp.where))
+            if not k.instructions:
+                violations.append("%s: no SASS instruction parsed for it [%s]" % (who, exp.where))
             stack, local = k.res("STACK"), k.res("LOCAL")
-            if stack > exp.max_stack:
+            if stack is not None and stack > exp.max_stack:
                 violations.append("%s spills: %d bytes stack frame (allowed %d; register spills "
                                   "or a local array) [%s]" % (who, stack, exp.max_stack, exp.where))
-            if local > exp.max_local:
+            if local is not None and local > exp.max_local:
                 violations.append("%s uses local memory: %d bytes per thread (allowed %d) [%s]"
                                   % (who, local, exp.max_local, exp.where))
-            if exp.max_registers is not None and k.res("REG") > exp.max_registers:
+            regs, shared = k.res("REG"), k.res("SHARED")
+            if exp.max_registers is not None and regs is not None and regs > exp.max_registers:
                 violations.append("%s uses %d registers (max-registers=%d) [%s]"
-                                  % (who, k.res("REG"), exp.max_registers, exp.where))
-            if exp.max_shared is not None and k.res("SHARED") > exp.max_shared:
+                                  % (who, regs, exp.max_registers, exp.where))
+            if exp.max_shared is not None and shared is not None and shared > exp.max_shared:
                 violations.append("%s uses %d bytes static shared memory (max-shared=%d) [%s]"
-                                  % (who, k.res("SHARED"), exp.max_shared, exp.where))
+                                  % (who, shared, exp.max_shared, exp.where))
             if exp.max_instructions is not None and len(k.instructions) > exp.max_instructions:
                 violations.append("%s has %d SASS instructions (max-instructions=%d) [%s]"
                                   % (who, len(k.instructions), exp.max_instructions, exp.where))
@@ -413,6 +460,20 @@ def check(kernels, expectations, toolchain):
                 if k.count(p) == 0:
                     violations.append("%s: required %s not found in its SASS [%s]"
                                       % (who, p.text, exp.where))
+            if exp.loop_require:
+                loop = k.main_loop()
+                if loop is None:
+                    violations.append("%s: no main loop found (no backward branch around an "
+                                      "HMMA), so loop-require=%s cannot hold [%s]"
+                                      % (who, ",".join(p.text for p in exp.loop_require),
+                                         exp.where))
+                else:
+                    for p in exp.loop_require:
+                        if not any(p.matches(op) for _, op, _ in loop):
+                            violations.append("%s: required %s not found in its main loop "
+                                              "0x%s..0x%s (%d elsewhere in the kernel) [%s]"
+                                              % (who, p.text, loop[0][0], loop[-1][0],
+                                                 k.count(p), exp.where))
             for p in exp.forbid:
                 n = k.count(p)
                 if n:
@@ -422,7 +483,11 @@ def check(kernels, expectations, toolchain):
             failed = len(violations) > before
             if failed or status.get(k.name) != "FAIL":
                 status[k.name] = "FAIL" if failed else "ok"
-    return violations, status
+    for k in kernels:
+        if k.name not in covered:
+            violations.append("kernel %s: no vxqa-audit line that applies to toolchain %s covers "
+                              "it" % (k.demangled, toolchain))
+    return violations, status, applied
 
 
 def main(argv=None):
@@ -430,7 +495,7 @@ def main(argv=None):
         description="Audit the SASS of a cubin against `// vxqa-audit:` lines in its source.")
     ap.add_argument("cubin")
     ap.add_argument("--source", action="append", default=[],
-                    help="source file holding vxqa-audit lines (repeatable)")
+                    help="source file holding vxqa-audit lines (repeatable; at least one)")
     ap.add_argument("--cuobjdump", help="cuobjdump to use (default: CUDA 11.8's)")
     ap.add_argument("--expect-arch", help="fail unless the cubin's code is for this sm_XX")
     ap.add_argument("--toolchain", help="name of the compiler that built CUBIN (for toolchain=)")
@@ -440,10 +505,23 @@ def main(argv=None):
         if not os.path.isfile(args.cubin):
             raise UsageError("cubin %s does not exist (build the target that makes it, e.g. "
                              "`cmake --build BUILD --target vxqa_sm70`)" % args.cubin)
+        if not args.source:
+            raise UsageError("no --source: without vxqa-audit lines the audit would check "
+                             "nothing")
         expectations = read_expectations(args.source)
-        if args.source and not expectations:
+        if not expectations:
             raise UsageError("no `// vxqa-audit:` line in %s; an audit TU must state what it "
                              "expects" % ", ".join(args.source))
+        if args.toolchain is not None and args.toolchain not in KNOWN_TOOLCHAINS:
+            raise UsageError("unknown --toolchain %s (known: %s)"
+                             % (args.toolchain, ", ".join(KNOWN_TOOLCHAINS)))
+        gated = [e.where for e in expectations if e.toolchain_re is not None]
+        if gated and args.toolchain is None:
+            raise UsageError("%s gate%s on toolchain= but no --toolchain was given: whether "
+                             "%s would be a guess" % (", ".join(gated),
+                                                      "s" if len(gated) == 1 else "",
+                                                      "it applies" if len(gated) == 1
+                                                      else "they apply"))
         cuobjdump = find_cuobjdump(args.cuobjdump)
         release = tool_release(cuobjdump)
         kernels = {}
@@ -468,7 +546,7 @@ def main(argv=None):
                           % (", ".join(sorted(archs)) or "no architecture", args.expect_arch))
     if not kernel_list:
         violations.append("no kernel in %s" % shown_path(args.cubin))
-    more, status = check(kernel_list, expectations, args.toolchain)
+    more, status, applied = check(kernel_list, expectations, args.toolchain or "")
     violations += more
 
     if kernel_list:
@@ -479,9 +557,11 @@ def main(argv=None):
         for v in violations:
             print("  FAIL: %s" % v)
         return 1
-    print("sass_audit: %d kernel%s, %d checked against %d vxqa-audit line%s: OK"
+    others = len(expectations) - len(applied)
+    print("sass_audit: %d kernel%s, %d checked against %d vxqa-audit line%s%s: OK"
           % (len(kernel_list), "" if len(kernel_list) == 1 else "s", len(status),
-             len(expectations), "" if len(expectations) == 1 else "s"))
+             len(applied), "" if len(applied) == 1 else "s",
+             " (%d more for other toolchains)" % others if others else ""))
     return 0
 
 

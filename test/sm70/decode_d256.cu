@@ -4,12 +4,14 @@
 // Device-only and NVRTC-compatible; compiled to sm_70 by nvcc 11.8 and NVRTC 12.8 and
 // checked by scripts/sass_audit.py (see test/sm70/CMakeLists.txt). The decode kernels must
 // use the SM70 tensor-core instruction (HMMA.884) for QK and PV, 16-byte global loads for
-// the KV cache, 16-byte shared loads for the consumers, and never spill (no local memory,
-// no stack): registers and shared memory are printed in the audit table.
+// the KV cache, 16-byte shared loads for the consumers, all inside the main loop
+// (loop-require: the Q load before it does not count), and never spill (no local memory,
+// no stack): registers and shared memory are printed in the audit table. The combine kernel
+// must hold its loads, exp2 and stores (require: an empty parse fails).
 //
-// vxqa-audit: kernel=decode_kernel toolchain=^(cu118|nvrtc128)$ require=HMMA.884,LDG.E.128,LDS.128,STS.128 forbid=LDL,STL,LDGSTS max-registers=255
-// vxqa-audit: kernel=decode_kernel toolchain=sm(80|90) require=HMMA.16816,LDGSTS,LDS.128,MOVM forbid=LDL,STL,HMMA.884 max-registers=255
-// vxqa-audit: kernel=combine_kernel forbid=LDL,STL max-registers=64
+// vxqa-audit: kernel=decode_kernel toolchain=^(cu118|nvrtc128)$ loop-require=HMMA.884,LDG.E.128,LDS.128,STS.128 forbid=LDL,STL,LDGSTS max-registers=255
+// vxqa-audit: kernel=decode_kernel toolchain=sm(80|90) loop-require=HMMA.16816,LDGSTS.128,LDS.128,MOVM forbid=LDL,STL,HMMA.884 max-registers=255
+// vxqa-audit: kernel=combine_kernel require=LDG.E,MUFU.EX2,STG.E forbid=LDL,STL max-registers=64
 #include <vxqa/kernel/combine_kernel.cuh>
 #include <vxqa/kernel/decode_kernel.cuh>
 
