@@ -25,8 +25,11 @@ estimate of the V100 (80 SMs, 4 schedulers, 1.53 GHz, 900 GB/s) issue time again
 memory time of the same bytes: issue-bound at one instruction per scheduler per cycle,
 with perfect overlap, so an upper bound, labelled as an estimate.
 
---check exits 1 when a kernel's loop is not found or, where inline chains exist (not sm_90),
-more than a quarter of it is `other` (the attribution would say little). Python 3 standard library only.
+Exit status 1 when a CUBIN holds no kernel matching --kernel or a matching kernel's loop is
+not found (with or without --check: a cubin that yields no row is never a pass); --check
+also exits 1 where inline chains exist (not sm_90) and more than a quarter of a loop is
+`other` (the attribution would say little). test/sm70/fixtures/ holds a crafted
+`nvdisasm` dump for the failing cases (ctest sass_phases.*). Python 3 standard library only.
 """
 
 import argparse
@@ -172,6 +175,11 @@ def main():
         dis = run([args.nvdisasm, "-g" if arch.startswith("sm9") else "-gi", "-c", path])
         kernels = parse(dis)
         names = [n for n in kernels if re.search(args.kernel, n)]
+        if not names:
+            print("%-10s %-6s no kernel matches --kernel %s (kernels: %s)"
+                  % (os.path.basename(path)[:10], arch, args.kernel, ", ".join(kernels) or "none"))
+            failed = True
+            continue
         demangled = dict(zip(names, run(["c++filt"] + names).splitlines())) if names else {}
         for name in names:
             k = sass_audit.Kernel(name)
@@ -206,6 +214,8 @@ def main():
             if args.check and counts["other"] > total / 4 and not arch.startswith("sm9"):
                 print("  more than a quarter of the loop is unattributed")
                 failed = True
+    if failed:
+        print("sass_phases: FAILED (see the rows above)")
     return 1 if failed else 0
 
 
