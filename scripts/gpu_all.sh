@@ -27,6 +27,11 @@
 # VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
 # of every step is printed last; the logs end up in $OUT/logs.tar.gz. CATCH2_PREFIX: a Catch2
 # v2 install if the machine has none.
+# Exit status: 0 only when every step ran and passed; 1 when any failed (a non-zero rc: a
+# failed test, a crash, a timeout, a suite that skipped, a step that does not exist; the
+# last summary line names them); 3 when none failed but some were not run (deadline). Each
+# step reports through note "NAME: rc N, ..." (N not 0 marks NAME failed) or
+# note "NAME: not run (why)"; a failed build still writes the summary and the archive.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -37,7 +42,34 @@ deadline=$((SECONDS + ${VXQA_DEADLINE:-100000}))  # sanitizer runs stop starting
 seeds="${SWEEP_SEEDS:-10000}"
 commit="${VXQA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 summary=()
-note() { summary+=("$1"); }
+failed=()   # "NAME (rc N)" of every failed step or part of one
+not_run=()  # NAME of every part not run (deadline)
+note() {  # note "NAME: rc N, ...": a summary line; N not 0 marks NAME failed
+  summary+=("$1")
+  if [[ $1 =~ ^([^:]+):\ rc\ ([0-9]+) ]]; then
+    [ "${BASH_REMATCH[2]}" = 0 ] || failed+=("${BASH_REMATCH[1]} (rc ${BASH_REMATCH[2]})")
+  elif [[ $1 =~ ^([^:]+):\ not\ run ]]; then
+    not_run+=("${BASH_REMATCH[1]}")
+  fi
+}
+
+finish() {  # the logs archive, the summary, what failed or did not run; exits
+  # The device tool returns at most 8 files: every log goes back in one archive.
+  (cd "$out" && shopt -s nullglob && logs=(./*.log) && if [ ${#logs[@]} -gt 0 ]; then
+     tar czf logs.tar.gz "${logs[@]}" && rm -f "${logs[@]}"; fi) ||
+    failed+=("logs archive (rc $?)")
+  echo "== gpu_all at $commit on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  printf '%s\n' "${summary[@]}"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "== gpu_all: FAILED: $(printf '%s, ' "${failed[@]}" | sed 's/, $//')${not_run[*]:+; not run: ${not_run[*]}}"
+    exit 1
+  elif [ ${#not_run[@]} -gt 0 ]; then
+    echo "== gpu_all: no failure, but not run: ${not_run[*]} (not a pass)"
+    exit 3
+  fi
+  echo "== gpu_all: every step passed ($steps)"
+  exit 0
+}
 
 step_build() {
   start=$SECONDS
@@ -47,7 +79,7 @@ step_build() {
       vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
-  if [ $rc -ne 0 ]; then grep -E "error" "$out/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
+  if [ $rc -ne 0 ]; then grep -sE "error" "$out/build.log" "$out/configure.log" | head -30; finish; fi
 }
 
 step_examples() {  # the C++ examples (step "suite" runs them too)
@@ -60,15 +92,18 @@ step_examples() {  # the C++ examples (step "suite" runs them too)
 step_suite() {  # both variants at once: they share the GPU, each checks its own results
   start=$SECONDS
   suffix() { [ "$1" = sm70 ] && echo _sm70; }  # the binary's suffix of a suite name
+  local pids=() rcs=() i=0
   for s in ${VXQA_SUITES:-default sm70}; do
     v=$(suffix "$s")
     ./build-gpu/test/vxqa_gpu_tests$v >"$out/gpu-suite$v.log" 2>&1 &
+    pids+=($!)
   done
-  wait
+  for pid in "${pids[@]}"; do wait "$pid"; rcs+=($?); done  # each suite's own exit status
   step_examples
   for s in ${VXQA_SUITES:-default sm70}; do
     v=$(suffix "$s")
-    note "suite$v: $((SECONDS - start)) s: $(grep -E '^(All tests passed|test cases:)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
+    note "suite$v: rc ${rcs[i]}, $((SECONDS - start)) s: $(grep -sE '^(All tests passed|test cases:|SKIPPED)' "$out/gpu-suite$v.log" | tr '\n' ' ')"
+    i=$((i + 1))
   done
 }
 
@@ -179,6 +214,7 @@ step_peer() {
       --tensor-cores-only >>"$out/peer.log" 2>&1
     note "peer on contexts: rc $?, $((SECONDS - start)) s"
   fi
+  [ -f "$out/bench.json" ] || [ -f "$out/contexts.json" ] || note "peer: not run (no bench.json nor contexts.json)"
   cat "$out/peer.log"
 }
 
@@ -189,10 +225,8 @@ step_torch() {
   cat "$out/torch.log"
 }
 
-for step in $steps; do "step_$step"; done
-
-# The device tool returns at most 8 files: every log goes back in one archive.
-(cd "$out" && tar czf logs.tar.gz ./*.log && rm -f ./*.log)
-
-echo "== gpu_all at $commit on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-printf '%s\n' "${summary[@]}"
+for step in $steps; do
+  if ! declare -F "step_$step" >/dev/null; then note "$step: rc 127, no such step"; continue; fi
+  "step_$step"
+done
+finish
