@@ -3,10 +3,11 @@
 // NaN follows the float64 reference's IEEE arithmetic, and the answer must not depend on
 // the plan: every test runs one problem under several chunkings (one chunk, many, the
 // automatic plan) and requires, element by element, NaN exactly where the reference is
-// NaN and the harness's bound elsewhere. A block-table id outside [0, num_pages) inside a
-// valid length gives NaN for its sequence and kDecodeErrorBadPage, reads nothing outside
-// the pool (compute-sanitizer memcheck runs this file's "[sanitize_pages]" case), and
-// leaves the other sequences right.
+// NaN and the harness's bound elsewhere; among them a chunk whose live scores are all -inf
+// beside a live chunk, with NaN and inf V under it (NaN there, as the reference, since
+// fc1accf). A block-table id outside [0, num_pages) inside a valid length gives NaN for its
+// sequence and kDecodeErrorBadPage, reads nothing outside the pool (compute-sanitizer
+// memcheck runs this file's "[sanitize_pages]" case), and leaves the other sequences right.
 #include "gpu/decode_harness.cuh"
 
 #include <climits>
@@ -171,6 +172,78 @@ void minus_inf_scores(uint64_t seed) {
   same_answer_under_every_plan<Config>(p, size_t(6) * D);
 }
 
+// A chunk whose live scores are all -inf (l = 0) beside a chunk whose scores are finite,
+// with NaN and inf V under the masked tokens (commit fc1accf). Sequence 0 (length 256): q
+// dim 0 > 0 for every head and K dim 0 = -inf at tokens [128, 256) of both KV heads, so
+// those scores are -inf and their probabilities 0; V is NaN at token 130 dim 5 (KV head 0),
+// +inf at token 200 dim 9 and -inf at token 255 dim 63 (KV head 1). The float64 reference
+// gives 0 · NaN = 0 · inf = NaN at those dims for every head of the group (6 x 1 + 6 x 2 =
+// 18 outputs), a finite LSE and finite values everywhere else; so must every plan. The
+// plans: one chunk; chunks of 64 and 128 (tokens [128, 256) are whole chunks of their own:
+// the case fc1accf fixed); 192 (token 130 in a mixed chunk, tokens 200 and 255 in a masked
+// one); automatic. Sequences 1 and 2 are plain ragged neighbours.
+// How the old behaviour fails: a masked chunk wrote O = 0, so with chunks of 64 or 128 the
+// combine returned a finite value at those 18 outputs, where check_ieee requires NaN. Out
+// and lse are poisoned with finite bytes, so an output the kernels never wrote cannot pass
+// for a NaN; the workspace is poisoned both ways (NaN, and finite garbage), so a masked
+// chunk's partial that were never written could not pass for a NaN either.
+template <class Config>
+void masked_chunk_keeps_nan_v(uint64_t seed) {
+  static_assert(Config::kHeadDim == 64, "the trigger is written for D = 64");
+  const int D = Config::kHeadDim;
+  RandomProblem p = problem(aligned_options<Config>(), {256, 97, 300}, seed);
+  REQUIRE(p.group == 6);
+  REQUIRE(p.kv_heads == 2);
+  const bool e5m2 = p.format == vxqa::reference::KvFormat::kE5M2;
+  for (int h = 0; h < p.query_heads(); ++h) {  // q dim 0 of every head of sequence 0: > 0
+    uint16_t& q0 = p.q[(size_t(0) * p.query_heads() + h) * D + 0];
+    q0 = vxqa::reference::fp16_from_double(std::max(0.25, std::fabs(half_bits_to_double(q0))));
+  }
+  for (int kv = 0; kv < p.kv_heads; ++kv)
+    for (int t = 128; t < 256; ++t) p.store(p.k_offset + p.element_index(0, t, kv, 0), code_minus_inf(p));
+  p.store(p.v_offset + p.element_index(0, 130, 0, 5), e5m2 ? 0x7Fu : 0x7E00u);   // NaN
+  p.store(p.v_offset + p.element_index(0, 200, 1, 9), e5m2 ? 0x7Cu : 0x7C00u);   // +inf
+  p.store(p.v_offset + p.element_index(0, 255, 1, 63), e5m2 ? 0xFCu : 0xFC00u);  // -inf
+
+  // The reference is what the comment says (so the test checks what it claims to).
+  const vxqa::reference::DecodeOutput ref = vxqa::reference::decode_reference(p.inputs());
+  const int hq = p.query_heads();
+  size_t ref_nans = 0;
+  for (int h = 0; h < hq; ++h) {
+    REQUIRE(std::isfinite(ref.lse[h]));
+    for (int dd = 0; dd < D; ++dd) {
+      const bool nan_dim = h < 6 ? dd == 5 : (dd == 9 || dd == 63);
+      INFO("reference, seq 0 head " << h << " dim " << dd);
+      REQUIRE(std::isnan(ref.out[size_t(h) * D + dd]) == nan_dim);
+      ref_nans += nan_dim;
+    }
+  }
+  REQUIRE(ref_nans == 18);
+
+  const DeviceProblem d(p);
+  const int whole = round_up(longest(p), Config::kCtaTokens);
+  int masked_chunk_plans = 0;
+  for (const int chunk : {whole, 64, 128, 192, 0}) {
+    if (chunk % Config::kChunkMultiple) continue;
+    const vxqa::DecodePlan plan = plan_for<Config>(p, longest(p), chunk);
+    if (chunk) REQUIRE(plan.chunk_tokens == chunk);
+    if (chunk == whole) REQUIRE(plan.num_chunks == 1);
+    // Token 200 lies in a chunk of its own whose scores are all -inf.
+    masked_chunk_plans += plan.num_chunks > 1 && plan.chunk_tokens <= 128;
+    DeviceBuffer<unsigned char> workspace(plan.workspace_bytes);
+    for (const unsigned char garbage : {(unsigned char)0xFF, kFinitePoison}) {
+      INFO("chunk " << plan.chunk_tokens << ", " << plan.num_chunks << " chunks, workspace bytes 0x" << std::hex
+                    << int(garbage) << std::dec);
+      workspace.poison(garbage);
+      const DecodeResult r = run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.batch, kFinitePoison,
+                                                workspace.get());
+      REQUIRE(r.errors == 0u);
+      CHECK(check_ieee(p, ref, r, std::vector<bool>(p.batch, false)) == 18);
+    }
+  }
+  REQUIRE(masked_chunk_plans >= 2);  // 64 and 128 at least
+}
+
 // A block-table id outside the pool inside a valid length, for each kind of bad id.
 template <class Config>
 void bad_page_ids(uint64_t seed, const std::vector<int32_t>& ids, const std::vector<int>& pages) {
@@ -254,6 +327,12 @@ TEST_CASE("NaN and inf in q, K and V: NaN where the reference is NaN, under ever
 TEST_CASE("-inf scores: a masked chunk weighs nothing, an all -inf row is NaN", "[decode_nonfinite]") {
   minus_inf_scores<E5m2D128>(7200);
   minus_inf_scores<Fp16D256>(7300);
+}
+
+TEST_CASE("a chunk whose live scores are all -inf keeps a NaN or inf V under them: NaN, under every plan",
+          "[decode_nonfinite]") {
+  masked_chunk_keeps_nan_v<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>>(7800);
+  masked_chunk_keeps_nan_v<vxqa::DecodeConfig<64, vxqa::KvType::kFp16>>(7900);
 }
 
 // Logical pages of sequence 1 (1500 tokens of 64): the first, a middle one, the last.
