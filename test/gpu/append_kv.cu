@@ -1,14 +1,19 @@
 // append_kv: this step's K and V into the paged cache. Against the CPU encoder, bit for bit
 // (E5M2 and fp16 caches, fp16 and bf16 inputs, scales as values and as device pointers,
 // values that saturate, round to zero, inf and NaN), every byte it must not write left as it
-// was (slot -1, bad slots, padding), bad slots flagged; and end to end: a random problem's
-// cache written by append_kv, then decoded, equals the float64 reference over that cache.
+// was (negative slots, bad slots, padding); every negative slot skipped silently, slots past
+// the pool flagged (kAppendErrorBadSlot); device scales that are 0, negative, NaN or inf
+// flagged (kErrorBadKScale / kErrorBadVScale) with their rows written as NaN codes; and end
+// to end: a random problem's cache written by append_kv, then decoded, equals the float64
+// reference over that cache.
 #include "gpu/decode_harness.cuh"
 #include "gpu/host_tile.h"
 
 #include <cuda_bf16.h>
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -69,9 +74,15 @@ struct Pool {
 struct Case {
   vxqa::KvType cache;
   vxqa::ActType input;
-  float k_scale, v_scale;
+  float k_scale, v_scale;  // with scale_pointers, a bad one (not finite or not > 0) is flagged
   bool scale_pointers;
 };
+
+// What append_kv takes as a scale (vxqa::scale_is_valid, written out here).
+bool good_scale(float s) { return s > 0.f && std::isfinite(s); }
+
+// An E5M2 NaN code (either sign, any mantissa): what x / NaN encodes to.
+bool is_e5m2_nan(unsigned char b) { return (b & 0x7Cu) == 0x7Cu && (b & 0x03u) != 0; }
 
 void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   const int eb = c.cache == vxqa::KvType::kE5M2 ? 1 : 2;
@@ -81,12 +92,14 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   Rng rng(seed);
   const Pool pool(eb);
   const int num_slots = pool.num_pages * pool.page_size, tokens = 23;
-  // Distinct slots for the tokens, 4 of them -1 (skipped).
+  // Distinct slots for the tokens, 4 of them negative (skipped, no error: before fc1accf a
+  // slot below -1 set kAppendErrorBadSlot, which the error word's check below refuses).
   std::vector<int64_t> all(num_slots);
   std::iota(all.begin(), all.end(), 0);
   std::shuffle(all.begin(), all.end(), rng.g);
   std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
-  for (int i = 0; i < 4; ++i) slots[rng.below(tokens)] = -1;
+  const int64_t negative[] = {-1, -2, -7, INT64_MIN};
+  for (int i = 0; i < 4; ++i) slots[rng.below(tokens)] = negative[rng.below(4)];
 
   // Inputs with padded strides: [token][head] rows of D, 8 elements of gap.
   const int64_t in_head_stride = pool.head_dim + 8, in_token_stride = pool.kv_heads * in_head_stride + 8;
@@ -139,14 +152,23 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   REQUIRE(s.ok());
   VXQA_CUDA_CHECK_LAUNCH();
   const auto k_out = kc.download(), v_out = vc.download();
-  REQUIRE(errors.download()[0] == 0u);
+  // Host scales are good (validate_append_kv refuses others); device ones may not be.
+  const bool k_bad = c.scale_pointers && !good_scale(c.k_scale), v_bad = c.scale_pointers && !good_scale(c.v_scale);
+  const uint32_t want_errors =
+      (k_bad ? uint32_t(vxqa::kErrorBadKScale) : 0u) | (v_bad ? uint32_t(vxqa::kErrorBadVScale) : 0u);
+  REQUIRE(errors.download()[0] == want_errors);
 
   // Expected bytes: poison everywhere, the encoded rows at the tokens' slots.
   // An fp16 NaN may come back with any payload (the GPU's is 0x7FFF): such elements are
-  // compared as "a NaN" (nan_at marks their first byte).
+  // compared as "a NaN" (nan_at marks their first byte). Under a bad scale every element of
+  // the rows it scales must be a NaN code, of any sign and payload (nan_at, E5M2 too).
   std::vector<unsigned char> k_want(k_out.size(), kCachePoison), v_want(v_out.size(), kCachePoison);
   std::vector<char> k_nan(k_out.size(), 0), v_nan(v_out.size(), 0);
   auto encode = [&](uint16_t bits, float scale, unsigned char* dst, char* nan_at) {
+    if (!good_scale(scale)) {
+      nan_at[0] = 1;
+      return;
+    }
     const float x = act_to_float(bits, c.input) / scale;
     if (eb == 1) {
       dst[0] = vxqa::float_to_e5m2(x, vxqa::Saturation::kFinite);
@@ -159,6 +181,7 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   };
   auto same = [&](const std::vector<unsigned char>& got, const std::vector<unsigned char>& want,
                   const std::vector<char>& nan_at, size_t i) {
+    if (eb == 1 && nan_at[i]) return is_e5m2_nan(got[i]);
     if (eb == 2 && (nan_at[i] || (i > 0 && nan_at[i - 1]))) {
       const size_t e = nan_at[i] ? i : i - 1;
       const uint16_t h = uint16_t(got[e] | (got[e + 1] << 8));
@@ -200,10 +223,33 @@ TEST_CASE("append_kv writes what the CPU encoder gives, bit for bit, and nothing
   for (const Case& c : cases) check_against_cpu_encoder(c, seed++);
 }
 
-TEST_CASE("append_kv: a slot outside the pool is flagged and never written", "[append_kv][sanitize_pages]") {
+// Device scales holding 0, -1, NaN or +inf: the rows they scale are written as NaN codes,
+// never a finite number, and their bits are set; the rows of the good scale are still the
+// CPU encoder's, bit for bit. How the old behaviour fails: before fc1accf the device value
+// was used as it was (x / 0 = inf, saturated to 57344 in E5M2; x / -1 finite; x / inf = 0)
+// and no bit was set.
+TEST_CASE("append_kv: a bad device scale writes NaN codes and sets its bit, the other rows exact", "[append_kv]") {
+  using vxqa::ActType;
+  using vxqa::KvType;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Case cases[] = {
+      {KvType::kE5M2, ActType::kFp16, 0.f, 1.5f, true},   {KvType::kE5M2, ActType::kBf16, 0.75f, -1.f, true},
+      {KvType::kE5M2, ActType::kFp16, nan, inf, true},    {KvType::kE5M2, ActType::kFp16, inf, 2.f, true},
+      {KvType::kE5M2, ActType::kBf16, -1.f, nan, true},   {KvType::kFp16, ActType::kFp16, inf, 0.5f, true},
+      {KvType::kFp16, ActType::kBf16, 2.f, nan, true},    {KvType::kFp16, ActType::kFp16, -1.f, 0.f, true},
+      {KvType::kFp16, ActType::kFp16, 0.f, inf, true},    {KvType::kFp16, ActType::kBf16, nan, 1.f, true},
+  };
+  uint64_t seed = 960;
+  for (const Case& c : cases) check_against_cpu_encoder(c, seed++);
+}
+
+namespace {
+
+// Writes rows of 1.0 (K) and 2.0 (V) to `slots` of an E5M2 pool poisoned with kCachePoison;
+// requires the error word to be `want_errors` and exactly the rows of `written` to hold the
+// values, every other byte its poison.
+void append_to_slots(const std::vector<int64_t>& slots, const std::vector<int64_t>& written, uint32_t want_errors) {
   const Pool pool(1);
-  const int num_slots = pool.num_pages * pool.page_size;
-  const std::vector<int64_t> slots = {3, -2, num_slots, int64_t(1) << 40, -1, num_slots - 1, INT64_MIN};
   const int tokens = int(slots.size());
   std::vector<uint16_t> key(size_t(tokens) * pool.kv_heads * pool.head_dim, 0x3C00), value(key.size(), 0x4000);
   DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
@@ -238,17 +284,43 @@ TEST_CASE("append_kv: a slot outside the pool is flagged and never written", "[a
   INFO(s.message());
   REQUIRE(s.ok());
   VXQA_CUDA_CHECK_LAUNCH();
-  REQUIRE(errors.download()[0] == uint32_t(vxqa::kAppendErrorBadSlot));
+  REQUIRE(errors.download()[0] == want_errors);
   const auto k_out = kc.download(), v_out = vc.download();
+  size_t rows_written = 0;
   for (int64_t i = 0; i < pool.elements(); ++i) {
-    bool written = false;
-    for (int64_t slot : {int64_t(3), int64_t(num_slots - 1)})
+    bool in_row = false;
+    for (int64_t slot : written)
       for (int h = 0; h < pool.kv_heads; ++h)
-        written |= i >= pool.index(slot, h, 0) && i < pool.index(slot, h, 0) + pool.head_dim;
+        in_row |= i >= pool.index(slot, h, 0) && i < pool.index(slot, h, 0) + pool.head_dim;
     INFO("byte " << i);
-    REQUIRE(k_out[i] == (written ? 0x3C : kCachePoison));  // 1.0 in E5M2
-    REQUIRE(v_out[i] == (written ? 0x40 : kCachePoison));  // 2.0
+    REQUIRE(k_out[i] == (in_row ? 0x3C : kCachePoison));  // 1.0 in E5M2
+    REQUIRE(v_out[i] == (in_row ? 0x40 : kCachePoison));  // 2.0
+    rows_written += in_row;
   }
+  REQUIRE(rows_written == written.size() * pool.kv_heads * pool.head_dim);
+}
+
+}  // namespace
+
+// Slots at or past num_pages * page_size set kAppendErrorBadSlot and are not written; the
+// negative ones beside them are skipped (no bit of their own: the word is the bad slots'
+// bit alone), the good ones written.
+TEST_CASE("append_kv: a slot outside the pool is flagged and never written", "[append_kv][sanitize_pages]") {
+  const Pool pool(1);
+  const int64_t num_slots = pool.num_pages * pool.page_size;
+  append_to_slots({3, -2, num_slots, int64_t(1) << 40, -1, num_slots - 1, INT64_MIN, INT64_MAX},
+                  {3, num_slots - 1}, uint32_t(vxqa::kAppendErrorBadSlot));
+}
+
+// vLLM pads a step's slot mapping with -1, and any negative slot is padding: skipped with no
+// error bit, nothing written (the poison stays). How the old behaviour fails: before
+// fc1accf a slot below -1 set kAppendErrorBadSlot (then 1), so the word was not 0.
+TEST_CASE("append_kv: every negative slot is skipped silently", "[append_kv][sanitize_pages]") {
+  const Pool pool(1);
+  const int64_t num_slots = pool.num_pages * pool.page_size;
+  append_to_slots({5, -1, -2, 17, -7, INT64_MIN, 0, -1000000, num_slots - 1, -(int64_t(1) << 40)},
+                  {5, 17, 0, num_slots - 1}, 0u);
+  append_to_slots({-1, -2, -7, INT64_MIN}, {}, 0u);  // a step of padding only
 }
 
 TEST_CASE("append_kv validates before it launches", "[append_kv]") {
@@ -272,6 +344,9 @@ TEST_CASE("append_kv validates before it launches", "[append_kv]") {
   p.head_stride = 64;
   p.page_size = 16;
   p.num_pages = 4;
+  p.cache_type = vxqa::KvType::kUnset;  // never assumed from the element size
+  REQUIRE(vxqa::append_kv(p, 0).field() == "cache_type");
+  p.cache_type = vxqa::KvType::kE5M2;
   p.page_stride = 64;  // pages overlap
   REQUIRE(vxqa::append_kv(p, 0).field() == "page_stride");
   p.page_stride = 16 * 64;
