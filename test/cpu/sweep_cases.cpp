@@ -1,8 +1,10 @@
 // The sweep's cases (test/sweep/sweep_case.h, sweep_prepare.h) and the comparator it and the
 // GPU tests share (vxqa/testing/compare.h), on the CPU: cases are the same for the same seed,
-// 10,000 seeds reach every class, page size and edge, each case keeps to its CPU budget and
-// workspace, built cases are decode steps that validate() accepts, and the comparator flags
-// every kind of wrong output.
+// 10,000 seeds reach every class, page size and edge (masked chunks with NaN/inf V under
+// them beside a live chunk, on Configs of both atoms, among them), each case keeps to its
+// CPU budget and workspace, built cases are decode steps that validate() accepts, masked
+// tails give NaN exactly where they must and the comparator refuses what the kernels gave
+// before fc1accf, and the comparator flags every kind of wrong output.
 #include <catch2/catch.hpp>
 
 #include "sweep/sweep_configs.h"
@@ -49,6 +51,23 @@ void for_every_config(F f) {
   for_each_config(D64Configs{}, f);
   for_each_config(D128Configs{}, f);
   for_each_config(D256Configs{}, f);
+}
+
+// The coverage items of a case's masked tail under every Config that takes it: "masked chunk,
+// <atom> atom" where the Config's plan puts a V poison in a chunk whose live scores are all
+// -inf (masked_chunk_exercised).
+std::vector<std::string> masked_chunk_items(const SweepCase& c) {
+  std::vector<std::string> items;
+  if (c.masked.seq < 0) return items;
+  for_every_config([&](auto tag) {
+    using Config = typename decltype(tag)::type;
+    if (!config_info<Config>().accepts(c)) return;
+    vxqa::DecodePlan plan;
+    REQUIRE(make_case_plan<Config>(c, &plan).ok());
+    if (masked_chunk_exercised(c, plan.chunk_tokens))
+      items.push_back(Config::kAtom == vxqa::MmaAtom::kSm70 ? "masked chunk, sm70 atom" : "masked chunk, default atom");
+  });
+  return items;
 }
 
 }  // namespace
@@ -134,7 +153,27 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
       saw(std::string("inject ") + "qkv"[int(in.target)] + " " + std::to_string(int(in.value)));
       if (in.zero_partner >= 0) saw(std::string("inf meets 0 at ") + "qkv"[int(in.target)]);
     }
-    REQUIRE((c.cls == CaseClass::kNonFinite) == !c.injections.empty());
+    // A masked tail: its sequence is the longest, the masked tokens and V poisons live.
+    if (c.masked.seq >= 0) {
+      const MaskedTail& m = c.masked;
+      REQUIRE(c.injections.empty());
+      REQUIRE(o.seq_lens[m.seq] == c.longest());
+      const int len = o.seq_lens[m.seq];
+      REQUIRE(len >= 2);
+      REQUIRE((m.kv_head >= 0 && m.kv_head < o.kv_heads));
+      REQUIRE((m.dim >= 0 && m.dim < o.head_dim));
+      REQUIRE((m.from >= 1 && m.from <= kMaskedTailMaxFrom && m.from < len));
+      REQUIRE((m.v.size() == 1 || m.v.size() == 2));
+      REQUIRE(m.v[0].token == len - 1);
+      for (const MaskedTail::VPoison& v : m.v) {
+        REQUIRE((v.token >= m.from && v.token < len));
+        REQUIRE((v.dim >= 0 && v.dim < o.head_dim));
+        saw(std::string("masked tail V ") + std::to_string(int(v.value)));
+      }
+      saw("masked tail");
+      for (const std::string& item : masked_chunk_items(c)) saw(item);
+    }
+    REQUIRE((c.cls == CaseClass::kNonFinite) == (!c.injections.empty() || c.masked.seq >= 0));
     REQUIRE((c.cls == CaseClass::kBadPage) == (c.bad_page.seq >= 0));
     if (c.bad_page.seq >= 0) {
       REQUIRE(o.seq_lens[c.bad_page.seq] >= 1);
@@ -203,7 +242,8 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
           "large scale", "length 0", "length 1", "length 31", "length 32", "length 33", "length page-1",
           "length page+1", "length > 60000", "inf meets 0 at q", "inf meets 0 at k", "bad page -1",
           "bad page 2147483647", "bad page -2147483648", "bad page 50000000", "bad page num_pages + 0",
-          "bad page num_pages + k", "bad length < 0", "bad length > max_context"})
+          "bad page num_pages + k", "bad length < 0", "bad length > max_context", "masked tail",
+          "masked tail V 0", "masked tail V 1", "masked tail V 2"})
       w.push_back(s);
     return w;
   }();
@@ -214,6 +254,12 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
   // Most cases are finite, and every class is well represented.
   CHECK(seen["class finite"] > int(kSeeds) / 2);
   for (int i = 1; i < kCaseClasses; ++i) CHECK(seen[std::string("class ") + class_name(CaseClass(i))] > 500);
+  // Masked chunks (fc1accf's case) on Configs of both atoms, each many times over.
+  INFO("masked tails " << seen["masked tail"] << ", masked chunks: default atom "
+                       << seen["masked chunk, default atom"] << ", sm70 atom " << seen["masked chunk, sm70 atom"]);
+  CHECK(seen["masked tail"] > 200);
+  CHECK(seen["masked chunk, default atom"] > 100);
+  CHECK(seen["masked chunk, sm70 atom"] > 80);
 }
 
 TEST_CASE("sweep cases: every Config that accepts a case plans it within the workspace cap",
@@ -295,6 +341,94 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
     });
   }
   CHECK(classes.size() == size_t(kCaseClasses));
+}
+
+TEST_CASE("sweep cases: masked_chunk_exercised says where a V poison lies in a chunk of -inf scores",
+          "[sweep_cases]") {
+  SweepCase c;
+  CHECK_FALSE(masked_chunk_exercised(c, 64));  // no masked tail
+  c.masked.seq = 0;
+  c.masked.from = 5;
+  c.masked.v = {MaskedTail::VPoison{299, 3, Poison::kNan}};
+  CHECK(masked_chunk_exercised(c, 64));        // token 299 in chunk 4: tokens [256, 300), all masked
+  CHECK(masked_chunk_exercised(c, 299));       // chunk 1: [299, ...)
+  CHECK_FALSE(masked_chunk_exercised(c, 300));  // one chunk: the live tokens [0, 5) share it
+  c.masked.v = {MaskedTail::VPoison{63, 3, Poison::kPlusInf}, MaskedTail::VPoison{64, 1, Poison::kNan}};
+  CHECK(masked_chunk_exercised(c, 64));
+  CHECK_FALSE(masked_chunk_exercised(c, 128));
+  c.masked.from = 100;                         // a chunk shorter than `from` is not all masked
+  CHECK_FALSE(masked_chunk_exercised(c, 64));
+}
+
+// Masked tails, built: the problem is what MaskedTail says, the float64 reference is NaN
+// exactly at the poisoned dims of the masked group's heads (with a finite LSE), and the
+// comparator, which passes the reference itself, refuses the outputs a kernel gave before
+// fc1accf: finite values there (a masked chunk's O was 0, which is the reference of the
+// same problem with the poisons replaced by 0, since their probabilities are 0).
+TEST_CASE("sweep cases: a masked tail gives NaN where it must, and the old finite answer fails",
+          "[sweep_cases]") {
+  int built = 0;
+  for (uint64_t seed = 0; built < 12 && seed < kSeeds; ++seed) {
+    const SweepCase spec = draw_case(seed);
+    // Without shared prefix pages: another sequence reading the masked pages would have its
+    // own NaN (its q is not made > 0), which this test does not count.
+    if (spec.masked.seq < 0 || spec.problem.shared_prefix_pages || estimate_cpu_ns(spec) > 3e7) continue;
+    ++built;
+    const PreparedCase pc = prepare_case(seed);
+    const SweepCase& c = pc.spec;
+    const RandomProblem& p = pc.problem;
+    const MaskedTail& m = c.masked;
+    INFO(describe(c));
+    REQUIRE(pc.error.empty());
+    const int len = p.seq_lens[m.seq], hq = p.query_heads(), D = p.head_dim;
+    for (int g = 0; g < p.group; ++g)
+      REQUIRE(vxqa::reference::fp16_to_double(p.q[(size_t(m.seq) * hq + m.kv_head * p.group + g) * D + m.dim]) > 0);
+    for (int t = 0; t < len; ++t) {
+      const double k = p.k_at(m.seq, t, m.kv_head, m.dim);
+      REQUIRE((t < m.from ? std::isfinite(k) : (std::isinf(k) && k < 0)));
+    }
+    std::set<int> poisoned;
+    for (const MaskedTail::VPoison& v : m.v) {
+      REQUIRE(!std::isfinite(p.v_at(m.seq, v.token, m.kv_head, v.dim)));
+      poisoned.insert(v.dim);
+    }
+    // The reference: NaN at the poisoned dims of the group's heads, nowhere else.
+    size_t nans = 0;
+    for (size_t i = 0; i < pc.reference.out.size(); ++i) nans += std::isnan(pc.reference.out[i]);
+    REQUIRE(nans == poisoned.size() * p.group);
+    for (double x : pc.reference.lse) REQUIRE(!std::isnan(x));
+    for (int g = 0; g < p.group; ++g) {
+      const size_t row = size_t(m.seq) * hq + m.kv_head * p.group + g;
+      REQUIRE(std::isfinite(pc.reference.lse[row]));
+      for (int dim : poisoned) REQUIRE(std::isnan(pc.reference.out[row * D + dim]));
+    }
+
+    // The reference as the kernels' outputs (fp16 out, fp32 lse) passes the comparator ...
+    auto as_outputs = [](const DecodeOutput& r, std::vector<uint16_t>* out, std::vector<float>* lse) {
+      for (double x : r.out) out->push_back(vxqa::reference::fp16_from_double(x));
+      for (double x : r.lse) lse->push_back(float(x));
+    };
+    std::vector<uint16_t> out;
+    std::vector<float> lse;
+    as_outputs(pc.reference, &out, &lse);
+    const Comparison right = vxqa::reference::compare_with_reference(
+        pc.reference, pc.expect, hq, D, pc.v_abs_max, KernelOutputs{out.data(), lse.data(), 0u}, pc.expected_errors);
+    INFO(right.first);
+    REQUIRE(right.ok());
+    // ... and the old answer, finite at the poisoned dims, fails it there and only there.
+    RandomProblem old = p;
+    for (const MaskedTail::VPoison& v : m.v) old.set_v(m.seq, v.token, m.kv_head, v.dim, 0.0);
+    const DecodeOutput old_ref = vxqa::reference::decode_reference(old.inputs());
+    for (double x : old_ref.out) REQUIRE(std::isfinite(x));
+    out.clear();
+    lse.clear();
+    as_outputs(old_ref, &out, &lse);
+    const Comparison wrong = vxqa::reference::compare_with_reference(
+        pc.reference, pc.expect, hq, D, pc.v_abs_max, KernelOutputs{out.data(), lse.data(), 0u}, pc.expected_errors);
+    REQUIRE(wrong.mismatches == poisoned.size() * p.group);
+    REQUIRE(wrong.first.find("out seq " + std::to_string(m.seq)) == 0);
+  }
+  CHECK(built == 12);
 }
 
 namespace {

@@ -1,7 +1,10 @@
 // The sweep's cases: one seed gives one decode step drawn over every axis the kernels have
 // (head dim, group, KV heads, batch, page size, lengths, cache type and layout, scales, how
 // peaked the scores are, shared prefix pages, plan) and a class (finite, non-finite inputs,
-// a bad page id, bad lengths). A case is a small description; sweep_prepare.h builds it.
+// a bad page id, bad lengths). Non-finite cases either inject NaN/inf into q, K or V, or
+// mask the tail of a sequence (MaskedTail: chunks whose live scores are all -inf, with NaN
+// or inf V under them, beside a live chunk). A case is a small description;
+// sweep_prepare.h builds it.
 // Host only; plain C++17 (the CPU test includes it).
 #pragma once
 
@@ -88,6 +91,26 @@ struct BadPage {
   int32_t resolve(int num_pages) const { return from_num_pages ? num_pages + id : id; }
 };
 
+// The tail of a sequence masked (CaseClass::kNonFinite): for KV head `kv_head` of sequence
+// `seq`, q's dim `dim` is set > 0 for every head of the group and K's dim `dim` to -inf at
+// tokens [from, len), so those scores are -inf and their probabilities 0, while tokens
+// [0, from) keep finite scores. from <= kMaskedTailMaxFrom, which no chunk is shorter than
+// (kChunkMultiple = 16 x warps), so the first chunk is live and every later chunk of the
+// sequence has only -inf scores (l = 0). `v` puts NaN or ±inf into V under the masked tokens
+// (the first at token len - 1, in the sequence's last chunk): the float64 reference gives
+// 0 · NaN = 0 · inf = NaN at those dims for every head of the group, and so must every plan.
+// Until fc1accf a chunk with l = 0 wrote O = 0 and several-chunk plans gave finite values.
+inline constexpr int kMaskedTailMaxFrom = 16;
+struct MaskedTail {
+  struct VPoison {
+    int token = 0, dim = 0;
+    Poison value = Poison::kNan;
+  };
+  int seq = -1;  // -1: none
+  int kv_head = 0, dim = 0, from = 0;
+  std::vector<VPoison> v;
+};
+
 struct SweepCase {
   uint64_t seed = 0;
   CaseClass cls = CaseClass::kFinite;
@@ -97,7 +120,8 @@ struct SweepCase {
   double score_spread = 1;  // drawn: ≈ the standard deviation of the scores
   double q_stddev = 1;      // q ~ N(0, q_stddev²), chosen to give that spread
   PlanSpec plan;
-  std::vector<Injection> injections;              // kNonFinite
+  std::vector<Injection> injections;              // kNonFinite (or masked)
+  MaskedTail masked;                              // kNonFinite (or injections)
   BadPage bad_page;                               // kBadPage
   std::vector<std::pair<int, int32_t>> bad_lengths;  // kBadLength: (seq, length the device reads)
 
@@ -118,6 +142,16 @@ struct SweepCase {
     return cls == CaseClass::kBadLength ? 1u : cls == CaseClass::kBadPage ? 2u : 0u;
   }
 };
+
+// Whether a plan whose chunks are `chunk_tokens` long puts a V poison of the case's masked
+// tail in a chunk whose live scores are all -inf, while the sequence's first chunk is live:
+// the case fc1accf fixed. Such a chunk is any chunk but the first (from <= chunk_tokens).
+inline bool masked_chunk_exercised(const SweepCase& c, int chunk_tokens) {
+  if (c.masked.seq < 0 || chunk_tokens < c.masked.from) return false;
+  for (const MaskedTail::VPoison& v : c.masked.v)
+    if (v.token >= chunk_tokens) return true;
+  return false;
+}
 
 // --- the cost model ----------------------------------------------------------------------
 // Nanoseconds on one core (measured on a 2-core CI machine, g++ -O2) of make_random_problem, the
@@ -285,6 +319,26 @@ inline Injection draw_injection(CaseRng& r, const SweepCase& c) {
   return in;
 }
 
+// The masked tail of the longest sequence (which the caller has made at least 2 tokens).
+inline MaskedTail draw_masked_tail(CaseRng& r, const SweepCase& c) {
+  const RandomProblemOptions& o = c.problem;
+  MaskedTail m;
+  m.seq = int(std::max_element(o.seq_lens.begin(), o.seq_lens.end()) - o.seq_lens.begin());
+  const int len = o.seq_lens[m.seq];
+  m.kv_head = r.below(o.kv_heads);
+  m.dim = r.below(o.head_dim);
+  m.from = r.in(1, std::min(kMaskedTailMaxFrom, len - 1));
+  const int poisons = r.chance(50) ? 1 : 2;
+  for (int i = 0; i < poisons; ++i) {
+    MaskedTail::VPoison v;
+    v.token = i == 0 ? len - 1 : r.in(m.from, len - 1);
+    v.dim = r.below(o.head_dim);
+    v.value = Poison(r.below(3));
+    m.v.push_back(v);
+  }
+  return m;
+}
+
 inline BadPage draw_bad_page(CaseRng& r, const SweepCase& c) {
   BadPage bad;
   bad.seq = live_sequence(r, c.problem.seq_lens);
@@ -362,6 +416,13 @@ inline SweepCase draw_case(uint64_t seed) {
   if (c.cls == CaseClass::kNonFinite || c.cls == CaseClass::kBadPage) {
     if (detail::live_sequence(r, o.seq_lens) < 0) o.seq_lens[r.below(o.batch)] = r.in(1, 2);
   }
+  // A third of the non-finite cases mask the tail of their longest sequence instead of
+  // injecting: it needs 2 tokens (within the 2 a sequence keeps in reserve).
+  const bool masked_tail = c.cls == CaseClass::kNonFinite && r.chance(35);
+  if (masked_tail) {
+    int32_t& len = *std::max_element(o.seq_lens.begin(), o.seq_lens.end());
+    len = std::max(len, 2);
+  }
   if (c.longest() == 0) {  // the API needs a page and a table column even when none is read
     o.spare_pages = std::max(o.spare_pages, 1);
     o.spare_table_cols = std::max(o.spare_table_cols, 1);
@@ -381,7 +442,11 @@ inline SweepCase draw_case(uint64_t seed) {
   switch (c.cls) {
     case CaseClass::kFinite: break;
     case CaseClass::kNonFinite:
-      for (int n = r.in(1, 3); n > 0; --n) c.injections.push_back(detail::draw_injection(r, c));
+      if (masked_tail) {
+        c.masked = detail::draw_masked_tail(r, c);
+      } else {
+        for (int n = r.in(1, 3); n > 0; --n) c.injections.push_back(detail::draw_injection(r, c));
+      }
       break;
     case CaseClass::kBadPage: c.bad_page = detail::draw_bad_page(r, c); break;
     case CaseClass::kBadLength: {
@@ -421,12 +486,12 @@ inline std::string summary(const SweepCase& c) {
   char text[400];
   std::snprintf(text, sizeof text,
                 "[%s, %s] D%d %s G%d Hkv%d B%d page %d %s, longest %d (%d empty)%s, scales k %.3g v %.3g "
-                "softmax %.3g, spread %.3g, plan %s",
+                "softmax %.3g, spread %.3g, plan %s%s",
                 class_name(c.cls), tier_name(c.tier), o.head_dim,
                 o.format == KvFormat::kE5M2 ? "e5m2" : "fp16", o.group, o.kv_heads, o.batch, o.page_size,
                 layout_name(o.layout), c.longest(), empty, o.shared_prefix_pages ? ", shared prefix" : "",
                 double(o.k_scale), double(o.v_scale), double(o.softmax_scale), c.score_spread,
-                plan_words(c.plan).c_str());
+                plan_words(c.plan).c_str(), c.masked.seq >= 0 ? ", masked tail" : "");
   return text;
 }
 
@@ -460,6 +525,19 @@ inline std::string describe(const SweepCase& c) {
     if (in.zero_partner >= 0)
       s += (in.target == Target::kQ ? ", K = 0 at token " : ", q = 0 for group head ") +
            std::to_string(in.zero_partner);
+    s += "\n";
+  }
+  if (c.masked.seq >= 0) {
+    std::snprintf(line, sizeof line,
+                  "  masked tail: seq %d KV head %d: q dim %d > 0 for its group, K dim %d = -inf at tokens "
+                  "[%d, %d)",
+                  c.masked.seq, c.masked.kv_head, c.masked.dim, c.masked.dim, c.masked.from,
+                  o.seq_lens[c.masked.seq]);
+    s += line;
+    for (const MaskedTail::VPoison& v : c.masked.v) {
+      std::snprintf(line, sizeof line, "; V %s at token %d dim %d", kPoisons[int(v.value)], v.token, v.dim);
+      s += line;
+    }
     s += "\n";
   }
   std::snprintf(line, sizeof line, "  estimated CPU %.1f ms (budget %.0f ms), worst workspace %.1f MB\n",

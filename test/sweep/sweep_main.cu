@@ -8,8 +8,9 @@
 // Seeds [A, B) (default [0, 10000)); N CPU workers (default: every hardware thread).
 // --replay runs one seed and prints it in full; --cpu-only builds the cases and their
 // references without a GPU (to time the CPU side). Prints one line per failure, with the
-// command that replays it, then per-class counts, the time taken, and last the line
-// "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
+// command that replays it, then per-class counts, how many Config runs had a masked chunk
+// (MaskedTail: a chunk whose live scores are all -inf, NaN/inf V under it, beside a live
+// chunk), the time taken, and last the line "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
 #include "sweep/ordered_workers.h"
 #include "sweep/sweep_runner.cuh"
 
@@ -137,6 +138,8 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   Count classes[kCaseClasses], tiers[kTiers];
   std::vector<Count> per_config(configs.size());
+  // Masked chunks (masked_chunk_exercised): Config runs, their failures, the cases with one.
+  uint64_t masked_runs = 0, masked_failed = 0, masked_cases = 0;
   uint64_t passed = 0, failed = 0;
   double gpu_seconds = 0, wait_seconds = 0;
   std::string fatal;
@@ -162,6 +165,7 @@ int main(int argc, char** argv) {
         try {
           device.upload(c);
           int runs = 0;
+          bool masked_case = false;
           for (size_t i = 0; i < configs.size(); ++i) {
             if (!configs[i].info.accepts(c.spec)) continue;
             ++runs;
@@ -182,13 +186,20 @@ int main(int argc, char** argv) {
               ++per_config[i].failed;
               failures.push_back(configs[i].info.name + ": " + failure);
             }
+            const bool masked = run.refused.empty() && masked_chunk_exercised(c.spec, run.plan.chunk_tokens);
+            if (masked) {
+              ++masked_runs;
+              masked_failed += !failure.empty();
+              masked_case = true;
+            }
             if (opt.replay)
-              std::printf("  %s: chunk %d x %d chunks, workspace %zu B, error word %u, worst error/bound "
+              std::printf("  %s: chunk %d x %d chunks%s, workspace %zu B, error word %u, worst error/bound "
                           "%.3f: %s\n",
                           configs[i].info.name.c_str(), run.plan.chunk_tokens, run.plan.num_chunks,
-                          run.plan.workspace_bytes, run.errors, run_worst,
+                          masked ? " (a masked chunk)" : "", run.plan.workspace_bytes, run.errors, run_worst,
                           failure.empty() ? "ok" : failure.c_str());
           }
+          masked_cases += masked_case;
           if (runs == 0) failures.push_back("no Config accepts this case");
         } catch (const CudaFailure& e) {
           failures.push_back(std::string("CUDA: ") + e.what());
@@ -242,6 +253,11 @@ int main(int argc, char** argv) {
     std::printf("  %-40s %7llu cases, %llu failed, worst error/bound %.3f\n", configs[i].info.name.c_str(),
                 static_cast<unsigned long long>(per_config[i].cases),
                 static_cast<unsigned long long>(per_config[i].failed), per_config[i].worst);
+  if (!opt.cpu_only)
+    std::printf("masked chunks (every live score -inf, NaN/inf V under it, beside a live chunk): %llu Config "
+                "runs in %llu cases, %llu failed\n",
+                static_cast<unsigned long long>(masked_runs), static_cast<unsigned long long>(masked_cases),
+                static_cast<unsigned long long>(masked_failed));
   std::printf("wall %.1f s on %d CPU workers: %.1f CPU s building cases, %.1f s on the GPU, %.1f s "
               "waiting for cases\n",
               wall, opt.threads, cpu_seconds, gpu_seconds, wait_seconds);

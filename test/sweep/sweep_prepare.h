@@ -60,12 +60,26 @@ inline void inject(const Injection& in, RandomProblem* p) {
     p->q[(size_t(in.seq) * p->query_heads() + in.head * p->group + in.zero_partner) * p->head_dim + in.dim] = 0;
 }
 
+// q's dim > 0 for the group's heads, K's dim -inf at the masked tokens, V's poisons
+// (MaskedTail). q becomes q_stddev there: positive, normal and finite in fp16.
+inline void mask_tail(const MaskedTail& m, double q_stddev, RandomProblem* p) {
+  const uint16_t positive = vxqa::reference::fp16_from_double(q_stddev);
+  for (int g = 0; g < p->group; ++g)
+    p->q[(size_t(m.seq) * p->query_heads() + m.kv_head * p->group + g) * p->head_dim + m.dim] = positive;
+  const uint32_t minus_inf = poison_bits(Poison::kMinusInf, p->format);
+  for (int t = m.from; t < p->seq_lens[m.seq]; ++t)
+    p->store(p->k_offset + p->element_index(m.seq, t, m.kv_head, m.dim), minus_inf);
+  for (const MaskedTail::VPoison& v : m.v)
+    p->store(p->v_offset + p->element_index(m.seq, v.token, m.kv_head, v.dim), poison_bits(v.value, p->format));
+}
+
 inline void build(const SweepCase& c, PreparedCase* out) {
   RandomProblem& p = out->problem;
   p = vxqa::reference::make_random_problem(c.problem, c.problem_seed);
   for (uint16_t& x : p.q)
     x = vxqa::reference::fp16_from_double(vxqa::reference::fp16_to_double(x) * c.q_stddev);
   for (const Injection& in : c.injections) inject(in, &p);
+  if (c.masked.seq >= 0) mask_tail(c.masked, c.q_stddev, &p);
 
   out->device_table = p.block_table;
   if (c.bad_page.seq >= 0)

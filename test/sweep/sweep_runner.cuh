@@ -89,11 +89,16 @@ ConfigRun run_config(const PreparedCase& c, DeviceCase& d) {
   const RandomProblem& p = c.problem;
   const size_t rows = size_t(p.batch) * p.query_heads();
   void* workspace = d.workspace.reserve(run.plan.workspace_bytes);
-  // Poison: 0xFF bytes are NaN in fp16 and fp32, so an output the kernels never wrote fails.
-  check_cuda(cudaMemsetAsync(d.out.get(), 0xFF, rows * p.head_dim * sizeof(uint16_t)), "cudaMemsetAsync out");
-  check_cuda(cudaMemsetAsync(d.lse.get(), 0xFF, rows * sizeof(float)), "cudaMemsetAsync lse");
+  // Poison: 0x7B bytes are finite far from any output (fp16 61280, fp32 ~1.3e36), so an
+  // output the kernels never wrote fails wherever it is compared, also where NaN is expected
+  // (NaN poison, 0xFF, would pass there) and where a length is 0 (exactly 0, -inf).
+  check_cuda(cudaMemsetAsync(d.out.get(), 0x7B, rows * p.head_dim * sizeof(uint16_t)), "cudaMemsetAsync out");
+  check_cuda(cudaMemsetAsync(d.lse.get(), 0x7B, rows * sizeof(float)), "cudaMemsetAsync lse");
   // The workspace too: decode() owes no memset of it (its error words are the kernels' own).
-  check_cuda(cudaMemsetAsync(workspace, 0xFF, run.plan.workspace_bytes), "cudaMemsetAsync workspace");
+  // NaN garbage for even seeds, finite garbage for odd ones: a partial the kernels never
+  // wrote then shows as a wrong finite value or as a NaN where none belongs.
+  const int garbage = c.spec.seed % 2 ? 0x7B : 0xFF;
+  check_cuda(cudaMemsetAsync(workspace, garbage, run.plan.workspace_bytes), "cudaMemsetAsync workspace");
   const vxqa::DecodeParams params = vxqa::problem_params(
       p, {d.cache.get(), d.q.get(), static_cast<const int32_t*>(d.table.get()),
           static_cast<const int32_t*>(d.lens.get()), d.out.get(), static_cast<float*>(d.lse.get())});
