@@ -1,8 +1,9 @@
-// decode_family.cuh — decode_family<HeadDim, Kv>: vxqa::Decoder's choice among the Configs
-// of DefaultDecoderConfigs with that head dim and cache type (both q/out types). The Decoder
-// filters by head dim, cache and q/out type before it looks at the page size, so choosing within the family chooses as the whole list
-// would. The plan comes from the step's shapes and the workspace from the caller (torch's
-// caching allocator), so nothing here is illegal inside a CUDA-graph capture.
+// decode_family.cuh — DecodeFamily<HeadDim, Kv>: vxqa::Decoder over the Configs of
+// DefaultDecoderConfigs with that head dim and cache type (both q/out types). The Decoder
+// filters by head dim, cache and q/out type before it looks at the page size, so choosing
+// within the family chooses as the whole list would. The plan comes from the caller's
+// shape and the workspace from the caller (torch), so nothing here allocates, and the
+// per-step decode_with is legal inside a CUDA-graph capture.
 #pragma once
 #include <type_traits>
 #include <vxqa/api/decoder.cuh>
@@ -29,28 +30,46 @@ struct Family<vxqa::ConfigList<First, Rest...>, D, Kv> {
 };
 
 template <int HeadDim, vxqa::KvType Kv>
-vxqa::Status decode_family(const vxqa::DecodeParams& params, int max_context, const WorkspaceFn& workspace,
-                           cudaStream_t stream) {
-  using Decoder = vxqa::Decoder<typename Family<vxqa::DefaultDecoderConfigs, HeadDim, Kv>::type>;
+using FamilyDecoder = vxqa::Decoder<typename Family<vxqa::DefaultDecoderConfigs, HeadDim, Kv>::type>;
+
+template <int HeadDim, vxqa::KvType Kv>
+typename FamilyDecoder<HeadDim, Kv>::Choice to_decoder_choice(const Choice& c) {
+  typename FamilyDecoder<HeadDim, Kv>::Choice choice;
+  choice.index = c.index;
+  choice.plan = c.plan;
+  return choice;
+}
+
+template <int HeadDim, vxqa::KvType Kv>
+vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
   vxqa::DecoderShape shape;
-  shape.head_dim = HeadDim;
-  shape.cache_type = Kv;
-  shape.page_size = params.page_size;
-  shape.num_kv_heads = params.num_kv_heads;
-  shape.group_size = params.group_size;
-  shape.max_batch = params.batch;
-  shape.max_context = max_context;
-  shape.qo_type = params.qo_type;
-  typename Decoder::Choice choice;
-  const vxqa::Status chosen = Decoder::choose(shape, &choice);
-  if (!chosen.ok()) return chosen;
-  void* ws = workspace(choice.plan.workspace_bytes);
-  return Decoder::decode_with(choice, params, ws, choice.plan.workspace_bytes, stream);
+  shape.head_dim = s.head_dim;
+  shape.cache_type = s.cache_type;
+  shape.qo_type = s.qo_type;
+  shape.page_size = s.page_size;
+  shape.num_kv_heads = s.num_kv_heads;
+  shape.group_size = s.group_size;
+  shape.max_batch = s.max_batch;
+  shape.max_context = s.max_context;
+  typename FamilyDecoder<HeadDim, Kv>::Choice chosen;
+  const vxqa::Status status = FamilyDecoder<HeadDim, Kv>::choose(shape, &chosen);
+  if (status.ok()) *choice = Choice{chosen.index, chosen.plan};
+  return status;
+}
+
+template <int HeadDim, vxqa::KvType Kv>
+vxqa::Status DecodeFamily<HeadDim, Kv>::decode_with(const Choice& choice, const vxqa::DecodeParams& params,
+                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return FamilyDecoder<HeadDim, Kv>::decode_with(to_decoder_choice<HeadDim, Kv>(choice), params, workspace,
+                                                 workspace_bytes, stream);
+}
+
+template <int HeadDim, vxqa::KvType Kv>
+std::string DecodeFamily<HeadDim, Kv>::config_name(const Choice& choice) {
+  return FamilyDecoder<HeadDim, Kv>::config_name(to_decoder_choice<HeadDim, Kv>(choice));
 }
 
 }  // namespace vxqa_torch
 
 // The explicit instantiation each decode_d*_*.cu makes.
-#define VXQA_TORCH_DECODE_FAMILY(D, KV)                                                                    \
-  template vxqa::Status vxqa_torch::decode_family<D, vxqa::KvType::KV>(                                   \
-      const vxqa::DecodeParams&, int, const vxqa_torch::WorkspaceFn&, cudaStream_t)
+#define VXQA_TORCH_DECODE_FAMILY(D, KV) template struct vxqa_torch::DecodeFamily<D, vxqa::KvType::KV>

@@ -1,35 +1,61 @@
-// vxqa::decode_out — one decode step on torch tensors (schema in ops.cpp). The torch-side
-// checks name the argument; vxqa's validation then names the DecodeParams field. The plan
-// comes from shapes only (batch = q.size(0), max_context from the block table unless
-// given) and the workspace from torch's caching allocator on the current stream, so the op
-// can be captured in a CUDA graph, its first call included, and replayed as lengths change.
+// vxqa's decode on torch tensors (schemas in ops.cpp):
+//   plan_decode     once per model shape: vxqa::Decoder::choose (Config and DecodePlan) as ints
+//   decode_planned  every layer and step: that plan with the caller's workspace; validation and
+//                   launches only (no device query, no allocation)
+//   decode_out      the slow path: plans (device queries) and allocates its workspace every call
+// The torch-side checks name the argument; vxqa's validation then names the DecodeParams
+// field. Plans come from shapes only (batch capacity and max_context, never this step's
+// lengths), so every op here can be captured in a CUDA graph and replayed as lengths change.
+// Their fake kernels, for meta tensors and torch.compile, are in vxqa_torch/_fake.py.
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <cmath>
+#include <vector>
 #include "launch.h"
 #include "tensor_checks.h"
 
 namespace vxqa_torch {
 namespace {
 
-struct DecodeShape {
-  vxqa::KvType cache_type;
-  int max_context;  // the plan's capacity
+// plan_decode's ints, in this order (vxqa_torch.DecodePlan names them: PLAN_FIELDS).
+enum PlanField : int {
+  kTag,  // kPlanTag: these ints came from plan_decode of this layout
+  kDevice,
+  kHeadDim,
+  kCacheType,  // vxqa::KvType
+  kQoType,     // vxqa::ActType
+  kPageSize,
+  kNumKvHeads,
+  kGroupSize,
+  kConfig,  // the Config's index in its family (decode_family.cuh)
+  kMaxBatch,
+  kMaxContext,
+  kChunkTokens,
+  kNumChunks,
+  kWorkspaceBytes,
+  kPlanFields
 };
+constexpr int64_t kPlanTag = 0x76787161'01;  // "vxqa", layout 1
 
-// Everything the shapes, dtypes and strides tell (the Meta kernel stops here).
-DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                         const at::Tensor& block_table, const at::Tensor& seq_lens,
-                         const std::optional<at::Tensor>& k_scale_tensor,
-                         const std::optional<at::Tensor>& v_scale_tensor, int64_t max_context, const at::Tensor& out,
-                         const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
+const char* dtype_name(vxqa::ActType t) { return t == vxqa::ActType::kBf16 ? "BFloat16" : "Half"; }
+
+// Everything the shapes, dtypes and strides tell, for both decode ops (vxqa_torch/_fake.py
+// makes the same checks on fake tensors). Returns the cache's format.
+vxqa::KvType check_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_table, const at::Tensor& seq_lens, const std::string& kv_cache_dtype,
+                          const std::optional<at::Tensor>& k_scale_tensor,
+                          const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor& out,
+                          const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
   check_dim(q, "q", 3, "[batch, num_q_heads, head_dim]");
   check_dtype(q, "q", {at::kHalf, at::kBFloat16});
   check_rows_contiguous(q, "q");
-  const vxqa::KvType cache_type = check_cache_pair(k_cache, v_cache);
-  const int64_t batch = q.size(0), q_heads = q.size(1), page_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  const vxqa::KvType cache_type = check_cache_pair(k_cache, v_cache, kv_cache_dtype);
+  const int64_t batch = q.size(0), q_heads = q.size(1), head_dim = q.size(2), kv_heads = k_cache.size(2);
   check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim");
-  TORCH_CHECK_VALUE(batch >= 1, "q: batch (size(0)) must be >= 1");
+  TORCH_CHECK_VALUE(head_dim == 64 || head_dim == 128 || head_dim == 256, "q: head_dim ", num(head_dim),
+                    " is not supported (64, 128 or 256)");
   TORCH_CHECK_VALUE(kv_heads >= 1 && q_heads % kv_heads == 0, "q: ", num(q_heads),
                     " query heads are not a multiple of the cache's ", num(kv_heads), " KV heads");
 
@@ -50,47 +76,40 @@ DecodeShape check_decode(const at::Tensor& q, const at::Tensor& k_cache, const a
   if (lse) {
     check_dtype(*lse, "lse", {at::kFloat});
     TORCH_CHECK_VALUE(lse->dim() == 2 && lse->size(0) == batch && lse->size(1) == q_heads,
-                      "lse: must be [batch, num_q_heads] = [", num(batch), ", ", num(q_heads), "], got shape ", dims(lse->sizes()));
+                      "lse: must be [batch, num_q_heads] = [", num(batch), ", ", num(q_heads), "], got shape ",
+                      dims(lse->sizes()));
     check_contiguous(*lse, "lse");
   }
   check_errors(errors);
   check_scale_tensor(k_scale_tensor, "k_scale");
   check_scale_tensor(v_scale_tensor, "v_scale");
-
-  const int64_t table_tokens = block_table.size(1) * page_size;
-  if (max_context == 0) max_context = table_tokens;
-  TORCH_CHECK_VALUE(max_context >= 1 && max_context <= table_tokens, "max_context: ", num(max_context),
-                    " must be in 1..block_table.size(1) * page_size (", num(table_tokens), ")");
-  return DecodeShape{cache_type, to_int(max_context, "max_context")};
+  return cache_type;
 }
 
-void decode_out_meta(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                     const at::Tensor& block_table, const at::Tensor& seq_lens, double /*softmax_scale*/,
-                     double /*k_scale*/, double /*v_scale*/, const std::optional<at::Tensor>& k_scale_tensor,
-                     const std::optional<at::Tensor>& v_scale_tensor, int64_t max_context, const at::Tensor& out,
-                     const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
-  check_decode(q, k_cache, v_cache, block_table, seq_lens, k_scale_tensor, v_scale_tensor, max_context, out, lse,
-               errors);
+at::Device check_decode_devices(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                const at::Tensor& block_table, const at::Tensor& seq_lens, const at::Tensor& out,
+                                const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors,
+                                const std::optional<at::Tensor>& k_scale_tensor,
+                                const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor* workspace) {
+  return check_devices({{&q, "q"},
+                        {&k_cache, "k_cache"},
+                        {&v_cache, "v_cache"},
+                        {&block_table, "block_table"},
+                        {&seq_lens, "seq_lens"},
+                        {&out, "out"},
+                        {given(lse), "lse"},
+                        {given(errors), "errors"},
+                        {given(k_scale_tensor), "k_scale"},
+                        {given(v_scale_tensor), "v_scale"},
+                        {workspace, "workspace"}});
 }
 
-void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                const at::Tensor& block_table, const at::Tensor& seq_lens, double softmax_scale, double k_scale,
-                double v_scale, const std::optional<at::Tensor>& k_scale_tensor,
-                const std::optional<at::Tensor>& v_scale_tensor, int64_t max_context, const at::Tensor& out,
-                const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
-  const DecodeShape shape = check_decode(q, k_cache, v_cache, block_table, seq_lens, k_scale_tensor, v_scale_tensor,
-                                         max_context, out, lse, errors);
-  const at::Device device = check_devices({{&q, "q"},
-                                           {&k_cache, "k_cache"},
-                                           {&v_cache, "v_cache"},
-                                           {&block_table, "block_table"},
-                                           {&seq_lens, "seq_lens"},
-                                           {&out, "out"},
-                                           {given(lse), "lse"},
-                                           {given(errors), "errors"},
-                                           {given(k_scale_tensor), "k_scale"},
-                                           {given(v_scale_tensor), "v_scale"}});
-
+vxqa::DecodeParams make_params(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                               const at::Tensor& block_table, const at::Tensor& seq_lens, vxqa::KvType cache_type,
+                               std::optional<double> softmax_scale, double k_scale, double v_scale,
+                               const std::optional<at::Tensor>& k_scale_tensor,
+                               const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor& out,
+                               const std::optional<at::Tensor>& lse) {
   vxqa::DecodeParams p;
   p.q = q.data_ptr();
   p.qo_type = q.scalar_type() == at::kBFloat16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
@@ -100,6 +119,7 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
   p.out_batch_stride = out.stride(0);
   p.out_head_stride = out.stride(1);
   p.lse = lse ? lse->data_ptr<float>() : nullptr;
+  p.cache_type = cache_type;
   p.k_cache = k_cache.data_ptr();
   p.v_cache = v_cache.data_ptr();
   p.page_stride = k_cache.stride(0);
@@ -119,25 +139,206 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
   p.v_scale = static_cast<float>(v_scale);
   p.k_scale_ptr = k_scale_tensor ? k_scale_tensor->data_ptr<float>() : nullptr;
   p.v_scale_ptr = v_scale_tensor ? v_scale_tensor->data_ptr<float>() : nullptr;
-  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.softmax_scale = static_cast<float>(softmax_scale ? *softmax_scale : 1.0 / std::sqrt(double(q.size(2))));
+  return p;
+}
 
-  const c10::cuda::CUDAGuard guard(device);
-  at::Tensor workspace;
-  const WorkspaceFn allocate = [&](size_t bytes) {
-    workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
-    return workspace.data_ptr();
-  };
-  check_status(run_decode(p, shape.cache_type, shape.max_context, allocate,
-                          at::cuda::getCurrentCUDAStream(device.index()).stream()));
-  // The kernels leave their error bits in the workspace's first word.
+// The kernels leave the step's error bits in the workspace's first word.
+void or_errors(const std::optional<at::Tensor>& errors, const at::Tensor& workspace) {
   if (errors) errors->view({1}).bitwise_or_(workspace.narrow(0, 0, 4).view(at::kInt));
+}
+
+// ---- the slow path: plan and workspace every call ----
+
+void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                const at::Tensor& block_table, const at::Tensor& seq_lens, const std::string& kv_cache_dtype,
+                std::optional<double> softmax_scale, double k_scale, double v_scale,
+                const std::optional<at::Tensor>& k_scale_tensor, const std::optional<at::Tensor>& v_scale_tensor,
+                int64_t max_context, const at::Tensor& out, const std::optional<at::Tensor>& lse,
+                const std::optional<at::Tensor>& errors) {
+  const vxqa::KvType cache_type = check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
+                                               k_scale_tensor, v_scale_tensor, out, lse, errors);
+  const int64_t table_tokens = block_table.size(1) * k_cache.size(1);
+  if (max_context == 0) max_context = table_tokens;
+  TORCH_CHECK_VALUE(max_context >= 1 && max_context <= table_tokens, "max_context: ", num(max_context),
+                    " must be in 1..block_table.size(1) * page_size (", num(table_tokens), ")");
+  const at::Device device = check_decode_devices(q, k_cache, v_cache, block_table, seq_lens, out, lse, errors,
+                                                 k_scale_tensor, v_scale_tensor, nullptr);
+  if (q.size(0) == 0) return;  // batch 0: nothing to do (vxqa's decode launches nothing either)
+
+  const vxqa::DecodeParams p = make_params(q, k_cache, v_cache, block_table, seq_lens, cache_type, softmax_scale,
+                                           k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse);
+  const c10::cuda::CUDAGuard guard(device);
+  Shape shape;
+  shape.head_dim = p.head_dim;
+  shape.cache_type = cache_type;
+  shape.qo_type = p.qo_type;
+  shape.page_size = p.page_size;
+  shape.num_kv_heads = p.num_kv_heads;
+  shape.group_size = p.group_size;
+  shape.max_batch = p.batch;
+  shape.max_context = static_cast<int>(max_context);
+  Choice choice;
+  check_status(choose_decode(shape, &choice));
+  // From torch's caching allocator on the current stream: legal inside a graph capture.
+  const at::Tensor workspace =
+      at::empty({static_cast<int64_t>(choice.plan.workspace_bytes)}, q.options().dtype(at::kByte));
+  check_status(decode_with(p.head_dim, cache_type, choice, p, workspace.data_ptr(), choice.plan.workspace_bytes,
+                           at::cuda::getCurrentCUDAStream(device.index()).stream()));
+  or_errors(errors, workspace);
+}
+
+// ---- plan once ----
+
+std::vector<int64_t> plan_decode(int64_t num_kv_heads, int64_t group_size, int64_t head_dim, int64_t page_size,
+                                 int64_t max_batch, int64_t max_context, at::ScalarType q_dtype,
+                                 const std::string& kv_cache_dtype, at::ScalarType cache_dtype, at::Device device) {
+  Shape shape;
+  shape.cache_type = cache_format(kv_cache_dtype, cache_dtype, "cache_dtype");
+  TORCH_CHECK_VALUE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, "q_dtype: ", q_dtype,
+                    " is not supported (Half or BFloat16)");
+  shape.qo_type = q_dtype == at::kBFloat16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
+  shape.head_dim = to_int(head_dim, "head_dim");
+  shape.page_size = to_int(page_size, "page_size");
+  shape.num_kv_heads = to_int(num_kv_heads, "num_kv_heads");
+  shape.group_size = to_int(group_size, "group_size");
+  shape.max_batch = to_int(max_batch, "max_batch");
+  shape.max_context = to_int(max_context, "max_context");
+  TORCH_CHECK_VALUE(device.is_cuda(), "device: must be a CUDA device, got ", device.str());
+  const c10::cuda::CUDAGuard guard(device);
+  Choice choice;
+  check_status(choose_decode(shape, &choice));  // the device's SMs and occupancy, asked here once
+  const vxqa::DecodePlan& plan = choice.plan;
+  std::vector<int64_t> ints(kPlanFields);
+  ints[kTag] = kPlanTag;
+  ints[kDevice] = c10::cuda::current_device();
+  ints[kHeadDim] = shape.head_dim;
+  ints[kCacheType] = static_cast<int64_t>(shape.cache_type);
+  ints[kQoType] = static_cast<int64_t>(shape.qo_type);
+  ints[kPageSize] = shape.page_size;
+  ints[kNumKvHeads] = plan.num_kv_heads;
+  ints[kGroupSize] = plan.group_size;
+  ints[kConfig] = choice.index;
+  ints[kMaxBatch] = plan.max_batch;
+  ints[kMaxContext] = plan.max_context;
+  ints[kChunkTokens] = plan.chunk_tokens;
+  ints[kNumChunks] = plan.num_chunks;
+  ints[kWorkspaceBytes] = static_cast<int64_t>(plan.workspace_bytes);
+  return ints;
+}
+
+// The plan's ints back into a Choice, refused unless plan_decode made them (layout and tag);
+// vxqa's validate then checks the plan itself against the Config it names.
+struct Planned {
+  int head_dim;
+  vxqa::KvType cache_type;
+  vxqa::ActType qo_type;
+  int page_size;
+  int device;
+  Choice choice;
+};
+
+Planned read_plan(c10::IntArrayRef ints) {
+  TORCH_CHECK_VALUE(ints.size() == kPlanFields && ints[kTag] == kPlanTag,
+                    "plan: not made by torch.ops.vxqa.plan_decode (", num(int64_t(ints.size())),
+                    " ints; use vxqa_torch.DecodePlan)");
+  for (int64_t v : ints) TORCH_CHECK_VALUE(v >= 0, "plan: holds a negative field: not made by plan_decode");
+  Planned p;
+  p.head_dim = to_int(ints[kHeadDim], "plan");
+  TORCH_CHECK_VALUE(ints[kCacheType] == int64_t(vxqa::KvType::kE5M2) || ints[kCacheType] == int64_t(vxqa::KvType::kFp16),
+                    "plan: cache type ", num(ints[kCacheType]), " is not e5m2 or fp16");
+  p.cache_type = static_cast<vxqa::KvType>(ints[kCacheType]);
+  TORCH_CHECK_VALUE(ints[kQoType] <= int64_t(vxqa::ActType::kBf16), "plan: q type ", num(ints[kQoType]), " is unknown");
+  p.qo_type = static_cast<vxqa::ActType>(ints[kQoType]);
+  p.page_size = to_int(ints[kPageSize], "plan");
+  p.device = to_int(ints[kDevice], "plan");
+  p.choice.index = to_int(ints[kConfig], "plan");
+  vxqa::DecodePlan& plan = p.choice.plan;
+  plan.num_kv_heads = to_int(ints[kNumKvHeads], "plan");
+  plan.group_size = to_int(ints[kGroupSize], "plan");
+  plan.max_batch = to_int(ints[kMaxBatch], "plan");
+  plan.max_context = to_int(ints[kMaxContext], "plan");
+  plan.chunk_tokens = to_int(ints[kChunkTokens], "plan");
+  plan.num_chunks = to_int(ints[kNumChunks], "plan");
+  plan.workspace_bytes = static_cast<size_t>(ints[kWorkspaceBytes]);
+  return p;
+}
+
+// The tensors against the shape the plan was made for, each mismatch naming its tensor.
+void check_against_plan(const Planned& pl, const at::Tensor& q, const at::Tensor& k_cache,
+                        const at::Tensor& block_table, vxqa::KvType cache_type, const at::Tensor& workspace) {
+  const char* remedy = " (a DecodePlan serves one model shape: make one per shape)";
+  TORCH_CHECK_VALUE(cache_type == pl.cache_type, "k_cache: an ", vxqa::kv_type_name(cache_type),
+                    " cache, the plan was made for ", vxqa::kv_type_name(pl.cache_type), remedy);
+  TORCH_CHECK_VALUE(q.size(2) == pl.head_dim, "q: head_dim ", num(q.size(2)), " differs from the plan's ",
+                    num(pl.head_dim), remedy);
+  const vxqa::ActType qo = q.scalar_type() == at::kBFloat16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
+  TORCH_CHECK_VALUE(qo == pl.qo_type, "q: dtype ", q.scalar_type(), " differs from the plan's ", dtype_name(pl.qo_type),
+                    remedy);
+  TORCH_CHECK_VALUE(k_cache.size(1) == pl.page_size, "k_cache: page_size ", num(k_cache.size(1)),
+                    " differs from the plan's ", num(pl.page_size), remedy);
+  TORCH_CHECK_VALUE(k_cache.size(2) == pl.choice.plan.num_kv_heads, "k_cache: ", num(k_cache.size(2)),
+                    " KV heads differ from the plan's ", num(pl.choice.plan.num_kv_heads), remedy);
+  TORCH_CHECK_VALUE(q.size(1) == int64_t(pl.choice.plan.num_kv_heads) * pl.choice.plan.group_size, "q: ",
+                    num(q.size(1)), " query heads differ from the plan's ",
+                    num(int64_t(pl.choice.plan.num_kv_heads) * pl.choice.plan.group_size), remedy);
+  TORCH_CHECK_VALUE(q.size(0) <= pl.choice.plan.max_batch, "q: batch ", num(q.size(0)), " is above the plan's max_batch ",
+                    num(pl.choice.plan.max_batch));
+  TORCH_CHECK_VALUE(block_table.size(1) * k_cache.size(1) >= pl.choice.plan.max_context, "block_table: ",
+                    num(block_table.size(1)), " pages of ", num(k_cache.size(1)),
+                    " tokens hold less than the plan's max_context ", num(pl.choice.plan.max_context));
+  check_dtype(workspace, "workspace", {at::kByte});
+  TORCH_CHECK_VALUE(workspace.dim() == 1 && workspace.is_contiguous(), "workspace: must be a contiguous 1-D uint8 tensor");
+  TORCH_CHECK_VALUE(workspace.numel() >= int64_t(pl.choice.plan.workspace_bytes), "workspace: ",
+                    num(workspace.numel()), " bytes, the plan needs ", num(int64_t(pl.choice.plan.workspace_bytes)));
+}
+
+void decode_planned(c10::IntArrayRef plan, const at::Tensor& workspace, const at::Tensor& q, const at::Tensor& k_cache,
+                    const at::Tensor& v_cache, const at::Tensor& block_table, const at::Tensor& seq_lens,
+                    const std::string& kv_cache_dtype, std::optional<double> softmax_scale, double k_scale,
+                    double v_scale, const std::optional<at::Tensor>& k_scale_tensor,
+                    const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor& out,
+                    const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
+  const Planned pl = read_plan(plan);
+  const vxqa::KvType cache_type = check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
+                                               k_scale_tensor, v_scale_tensor, out, lse, errors);
+  check_against_plan(pl, q, k_cache, block_table, cache_type, workspace);
+  const at::Device device = check_decode_devices(q, k_cache, v_cache, block_table, seq_lens, out, lse, errors,
+                                                 k_scale_tensor, v_scale_tensor, &workspace);
+  TORCH_CHECK_VALUE(device.index() == pl.device, "q: is on ", device.str(), ", the plan was made for cuda:",
+                    num(pl.device), " (make a DecodePlan on each device)");
+  if (q.size(0) == 0) return;  // batch 0: nothing to do
+
+  const vxqa::DecodeParams p = make_params(q, k_cache, v_cache, block_table, seq_lens, cache_type, softmax_scale,
+                                           k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse);
+  const c10::cuda::CUDAGuard guard(device);
+  check_status(decode_with(pl.head_dim, pl.cache_type, pl.choice, p, workspace.data_ptr(),
+                           static_cast<size_t>(workspace.numel()),
+                           at::cuda::getCurrentCUDAStream(device.index()).stream()));
+  or_errors(errors, workspace);
+}
+
+// The Config a plan names, e.g. "D128 e5m2 fp16 W4 page16".
+std::string describe_plan(c10::IntArrayRef plan) {
+  const Planned pl = read_plan(plan);
+  return config_name(pl.head_dim, pl.cache_type, pl.choice);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(vxqa, CUDA, m) { m.impl("decode_out", &decode_out); }
+TORCH_LIBRARY_IMPL(vxqa, CUDA, m) {
+  m.impl("decode_out", &decode_out);
+  m.impl("decode_planned", &decode_planned);
+}
 // On CPU tensors the same checks run, then the device check names the argument.
-TORCH_LIBRARY_IMPL(vxqa, CPU, m) { m.impl("decode_out", &decode_out); }
-TORCH_LIBRARY_IMPL(vxqa, Meta, m) { m.impl("decode_out", &decode_out_meta); }
+TORCH_LIBRARY_IMPL(vxqa, CPU, m) {
+  m.impl("decode_out", &decode_out);
+  m.impl("decode_planned", &decode_planned);
+}
+// No tensor arguments: these run wherever they are called.
+TORCH_LIBRARY_IMPL(vxqa, CompositeExplicitAutograd, m) {
+  m.impl("plan_decode", &plan_decode);
+  m.impl("describe_plan", &describe_plan);
+}
 
 }  // namespace vxqa_torch

@@ -4,28 +4,51 @@
 #pragma once
 #include <cuda_runtime_api.h>
 #include <cstddef>
-#include <functional>
+#include <string>
 #include <vxqa/api/append_kv_params.cuh>
 #include <vxqa/api/params.cuh>
 #include <vxqa/kernel/config.cuh>
 
 namespace vxqa_torch {
 
-// Returns a device buffer of at least `bytes`, 256-byte aligned, valid until the launch
-// has been enqueued (the caller keeps it alive on the launch's stream).
-using WorkspaceFn = std::function<void*(size_t bytes)>;
+// What vxqa::Decoder::choose picked within the family of shape.head_dim and
+// shape.cache_type: a Config (an index into that family's list) and its plan.
+struct Choice {
+  int index = -1;
+  vxqa::DecodePlan plan{};
+};
 
-// One decode step with the Config of vxqa::DefaultDecoderConfigs that vxqa::Decoder would
-// choose for `params` (batch = the plan's max_batch) and `max_context`; the workspace comes
-// from `workspace`. Never synchronises.
-vxqa::Status run_decode(const vxqa::DecodeParams& params, vxqa::KvType cache_type, int max_context,
-                        const WorkspaceFn& workspace, cudaStream_t stream);
+// vxqa::DecoderShape's fields (decoder.cuh holds kernels, so it stays out of the g++ side).
+struct Shape {
+  int head_dim = 0;
+  vxqa::KvType cache_type = vxqa::KvType::kUnset;
+  vxqa::ActType qo_type = vxqa::ActType::kFp16;
+  int page_size = 0, num_kv_heads = 0, group_size = 0, max_batch = 0, max_context = 0;
+};
 
-// The same for the Configs of one head dim and cache type (decode_family.cuh; each is
-// instantiated in its own decode_d*_*.cu).
+// vxqa::Decoder::choose over the Configs of vxqa::DefaultDecoderConfigs with the shape's head
+// dim and cache type (asks the current device: SMs, occupancy). Allocates nothing.
+vxqa::Status choose_decode(const Shape& shape, Choice* choice);
+
+// One decode step of a choice made by choose_decode for (head_dim, cache_type), with the
+// caller's workspace: vxqa::Decoder::decode_with, which validates `params` against the
+// chosen Config and the plan, then launches. No device query, no allocation, no sync.
+vxqa::Status decode_with(int head_dim, vxqa::KvType cache_type, const Choice& choice,
+                         const vxqa::DecodeParams& params, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream);
+
+// The chosen Config's name, e.g. "D128 e5m2 fp16 W4 page16" (empty for a bad choice).
+std::string config_name(int head_dim, vxqa::KvType cache_type, const Choice& choice);
+
+// The per-family pieces of the three above (decode_family.cuh; each family is instantiated
+// in its own decode_d*_*.cu).
 template <int HeadDim, vxqa::KvType Kv>
-vxqa::Status decode_family(const vxqa::DecodeParams& params, int max_context, const WorkspaceFn& workspace,
-                           cudaStream_t stream);
+struct DecodeFamily {
+  static vxqa::Status choose(const Shape& shape, Choice* choice);
+  static vxqa::Status decode_with(const Choice& choice, const vxqa::DecodeParams& params, void* workspace,
+                                  size_t workspace_bytes, cudaStream_t stream);
+  static std::string config_name(const Choice& choice);
+};
 
 // vxqa::append_kv (append_kv_launch.cu).
 vxqa::Status run_append_kv(const vxqa::AppendKvParams& params, cudaStream_t stream);

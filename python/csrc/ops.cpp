@@ -1,17 +1,30 @@
 // The vxqa operator library: schemas (mutated arguments marked `(a!)`, so torch.compile
 // functionalises them and graph capture sees the writes) and the Python module that loads
-// it. The kernels are registered in decode_op.cpp and append_kv_op.cpp.
+// it. The kernels are registered in decode_op.cpp and append_kv_op.cpp, the fake kernels in
+// vxqa_torch/_fake.py.
 #include <Python.h>
 #include <torch/library.h>
 
 TORCH_LIBRARY(vxqa, m) {
+  // kv_cache_dtype: vLLM's string ("auto", "fp8_e5m2"; "fp8" / "fp8_e4m3" refused for now).
+  // softmax_scale None: 1 / sqrt(head_dim), worked out in C++ so that a compiled graph keeps
+  // head_dim symbolic.
   m.def(
       "decode_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
-      "float softmax_scale, float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, "
-      "int max_context, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? errors) -> ()");
+      "str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, Tensor? k_scale_tensor, "
+      "Tensor? v_scale_tensor, int max_context, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? errors) -> ()");
+  m.def(
+      "plan_decode(int num_kv_heads, int group_size, int head_dim, int page_size, int max_batch, int max_context, "
+      "ScalarType q_dtype, str kv_cache_dtype, ScalarType cache_dtype, Device device) -> int[]");
+  m.def(
+      "decode_planned(int[] plan, Tensor(a!) workspace, Tensor q, Tensor k_cache, Tensor v_cache, "
+      "Tensor block_table, Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, "
+      "Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(b!) out, Tensor(c!)? lse, Tensor(d!)? errors) -> ()");
+  m.def("describe_plan(int[] plan) -> str");
   m.def(
       "append_kv(Tensor key, Tensor value, Tensor slot_mapping, Tensor(a!) k_cache, Tensor(b!) v_cache, "
-      "float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(c!)? errors) -> ()");
+      "str kv_cache_dtype, float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, "
+      "Tensor(c!)? errors) -> ()");
 }
 
 // `import vxqa_torch._C` runs the registrations above; the module itself is empty.

@@ -78,18 +78,42 @@ inline void check_scale_tensor(const std::optional<at::Tensor>& t, const char* n
   TORCH_CHECK_VALUE(t->numel() == 1, name, ": must hold one float32 element, got shape ", dims(t->sizes()));
 }
 
+// The cache's element format from vLLM's kv_cache_dtype string and the cache tensor's dtype
+// (`name` is the tensor, "k_cache"). Never guessed: a byte cache may hold E5M2 or E4M3 codes
+// (vLLM's "fp8" is E4M3), so "auto" refuses uint8 and the caller says "fp8_e5m2".
+inline vxqa::KvType cache_format(const std::string& kv_cache_dtype, at::ScalarType dtype, const char* name) {
+  const bool e4m3 = kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3";
+  TORCH_CHECK_VALUE(kv_cache_dtype == "auto" || kv_cache_dtype == "fp8_e5m2" || e4m3, "kv_cache_dtype: \"",
+                    kv_cache_dtype, "\" is not one of \"auto\" (the cache's dtype says), \"fp8_e5m2\", "
+                    "\"fp8\" or \"fp8_e4m3\" (E4M3: not supported yet)");
+  TORCH_CHECK_VALUE(!e4m3, "kv_cache_dtype: \"", kv_cache_dtype, "\" means E4M3 codes: E4M3 caches are not supported "
+                    "yet (vxqa reads E5M2 codes, kv_cache_dtype \"fp8_e5m2\", or fp16)");
+  if (kv_cache_dtype == "fp8_e5m2") {
+    TORCH_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat8_e5m2, name, ": dtype ", dtype,
+                      " does not hold kv_cache_dtype \"fp8_e5m2\" (Byte or Float8_e5m2)");
+    return vxqa::KvType::kE5M2;
+  }
+  TORCH_CHECK_VALUE(dtype != at::kByte, name, ": a uint8 cache holds fp8 codes of an unstated format (E5M2 or E4M3; "
+                    "vLLM's \"fp8\" means E4M3), which kv_cache_dtype \"auto\" cannot tell: pass "
+                    "kv_cache_dtype=\"fp8_e5m2\" or the cache as a torch.float8_e5m2 view");
+  TORCH_CHECK_VALUE(dtype != at::kFloat8_e4m3fn, name, ": dtype Float8_e4m3fn: E4M3 caches are not supported yet");
+  TORCH_CHECK_VALUE(dtype == at::kHalf || dtype == at::kFloat8_e5m2, name, ": dtype ", dtype,
+                    " is not supported (Half or Float8_e5m2, or Byte with kv_cache_dtype \"fp8_e5m2\")");
+  return dtype == at::kHalf ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
+}
+
 // The paged cache, K and V alike: [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD),
-// uint8 or float8_e5m2 (E5M2 codes) or float16, the last dimension contiguous.
-inline vxqa::KvType check_cache_pair(const at::Tensor& k, const at::Tensor& v) {
+// of the format kv_cache_dtype names, the last dimension contiguous.
+inline vxqa::KvType check_cache_pair(const at::Tensor& k, const at::Tensor& v, const std::string& kv_cache_dtype) {
   check_dim(k, "k_cache", 4, "[num_pages, page_size, num_kv_heads, head_dim]");
-  check_dtype(k, "k_cache", {at::kByte, at::kFloat8_e5m2, at::kHalf});
+  const vxqa::KvType format = cache_format(kv_cache_dtype, k.scalar_type(), "k_cache");
   check_rows_contiguous(k, "k_cache");
   TORCH_CHECK_VALUE(v.scalar_type() == k.scalar_type(), "v_cache: dtype ", v.scalar_type(), " differs from k_cache's ",
                     k.scalar_type());
   TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v_cache: shape ", dims(v.sizes()), " differs from k_cache's ", dims(k.sizes()));
   TORCH_CHECK_VALUE(v.strides() == k.strides(), "v_cache: strides ", dims(v.strides()), " differ from k_cache's ",
                     dims(k.strides()), " (vxqa takes one set of cache strides)");
-  return k.scalar_type() == at::kHalf ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
+  return format;
 }
 
 // A tensor argument and its name; a null tensor is an optional one not given.

@@ -1,12 +1,17 @@
-"""What needs no GPU: the ops' registration and schemas, their fake (meta) kernels under
-FakeTensorMode, make_fx and torch.compile, torch.library.opcheck on meta tensors, and the
-argument checks, each raising ValueError that names the argument. The argument checks run
-on CPU tensors here and again on CUDA tensors where there is a GPU."""
+"""What needs no GPU: the ops' registration and schemas, their fake kernels (meta tensors,
+FakeTensorMode, torch.compile with dynamic shapes), torch.library.opcheck on meta tensors,
+and the argument checks, each raising ValueError that names the argument.
+
+Every argument case runs on CPU tensors (the C++ checks, python/csrc) and on meta tensors
+(the Python fake kernels, vxqa_torch/_fake.py), so the two must agree message for message;
+where there is a GPU, on CUDA tensors too."""
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounterWithBackend
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import vxqa_torch
+from vxqa_torch import PLAN_FIELDS
 
 B, HKV, G, D, P, PAGES, MAX_PAGES, T = 2, 2, 3, 64, 16, 10, 4, 5
 
@@ -15,8 +20,8 @@ def decode_args(device):
     """A valid decode call's arguments on `device` (contents are irrelevant here)."""
     def t(*shape, dtype):
         return torch.zeros(shape, dtype=dtype, device=device)
-    return dict(q=t(B, HKV * G, D, dtype=torch.half), k_cache=t(PAGES, P, HKV, D, dtype=torch.uint8),
-                v_cache=t(PAGES, P, HKV, D, dtype=torch.uint8), block_table=t(B, MAX_PAGES, dtype=torch.int32),
+    return dict(q=t(B, HKV * G, D, dtype=torch.half), k_cache=t(PAGES, P, HKV, D, dtype=torch.float8_e5m2),
+                v_cache=t(PAGES, P, HKV, D, dtype=torch.float8_e5m2), block_table=t(B, MAX_PAGES, dtype=torch.int32),
                 seq_lens=t(B, dtype=torch.int32), out=t(B, HKV * G, D, dtype=torch.half),
                 lse=t(B, HKV * G, dtype=torch.float), errors=t(1, dtype=torch.int32))
 
@@ -29,10 +34,39 @@ def append_args(device):
                 v_cache=t(PAGES, P, HKV, D, dtype=torch.float8_e5m2), errors=t(1, dtype=torch.int32))
 
 
+def fake_plan(device, *, max_batch=4, head_dim=D, workspace_bytes=4096, kv_cache_dtype="auto", **fields):
+    """A plan as plan_decode would make it for decode_args' shape (plan_decode itself needs a
+    GPU), with its workspace; `fields` overrides any of PLAN_FIELDS."""
+    ints = dict(tag=vxqa_torch._fake.PLAN_TAG, device=0, head_dim=head_dim, cache_type=vxqa_torch._fake.E5M2,
+                qo_type=vxqa_torch._fake.FP16_Q, page_size=P, num_kv_heads=HKV, group_size=G, config=0,
+                max_batch=max_batch, max_context=MAX_PAGES * P, chunk_tokens=64, num_chunks=1,
+                workspace_bytes=workspace_bytes)
+    ints.update(fields)
+    workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
+    return vxqa_torch.DecodePlan.from_ints([ints[f] for f in PLAN_FIELDS], workspace, kv_cache_dtype)
+
+
+def planned_args(device):
+    a = decode_args(device)
+    a["plan"] = fake_plan(device)
+    return a
+
+
 def call_decode(a, **kw):
     a = dict(a)
     return vxqa_torch.decode(a.pop("q"), a.pop("k_cache"), a.pop("v_cache"), a.pop("block_table"),
                              a.pop("seq_lens"), **a, **kw)
+
+
+def call_planned(a, **kw):
+    a = dict(a)
+    a.pop("max_context", None)
+    kv_cache_dtype = a.pop("kv_cache_dtype", None)
+    plan = a.pop("plan")
+    if kv_cache_dtype is not None:
+        plan.kv_cache_dtype = kv_cache_dtype
+    return plan.run(a.pop("q"), a.pop("k_cache"), a.pop("v_cache"), a.pop("block_table"), a.pop("seq_lens"), **a,
+                    **kw)
 
 
 def call_append(a, **kw):
@@ -51,8 +85,29 @@ def other_strides(x):
     return torch.zeros(*x.shape[:-1], x.shape[-1] + 16, dtype=x.dtype, device=x.device)[..., : x.shape[-1]]
 
 
+def caches(a, dtype, dim=None):
+    """Both caches of `dtype` (and head dim `dim`)."""
+    shape = a["k_cache"].shape[:3] + (dim or a["k_cache"].shape[3],)
+    a.update(k_cache=torch.zeros(shape, dtype=dtype, device=a["k_cache"].device))
+    a.update(v_cache=torch.zeros_like(a["k_cache"]))
+
+
 # (what is wrong, the argument named, a regex of the refusal's reason, how to make it wrong)
-DECODE_CASES = [
+CACHE_DTYPE_CASES = [
+    ("uint8 cache with kv_cache_dtype auto", "k_cache", r"uint8 cache holds fp8 codes of an unstated format "
+     r"\(E5M2 or E4M3; vLLM's \"fp8\" means E4M3\).*kv_cache_dtype=\"fp8_e5m2\"", lambda a: caches(a, torch.uint8)),
+    ("float8_e4m3fn cache", "k_cache", r"E4M3 caches are not supported yet", lambda a: caches(a, torch.float8_e4m3fn)),
+    ("kv_cache_dtype fp8", "kv_cache_dtype", r"\"fp8\" means E4M3 codes: E4M3 caches are not supported yet",
+     lambda a: a.update(kv_cache_dtype="fp8")),
+    ("kv_cache_dtype fp8_e4m3", "kv_cache_dtype", r"E4M3 caches are not supported yet",
+     lambda a: a.update(kv_cache_dtype="fp8_e4m3")),
+    ("kv_cache_dtype unknown", "kv_cache_dtype", r"\"e5m2\" is not one of \"auto\" .*\"fp8_e5m2\", \"fp8\" or "
+     r"\"fp8_e4m3\"", lambda a: a.update(kv_cache_dtype="e5m2")),
+    ("fp8_e5m2 names an fp16 cache", "k_cache", r"dtype Half does not hold kv_cache_dtype \"fp8_e5m2\"",
+     lambda a: (caches(a, torch.float16), a.update(kv_cache_dtype="fp8_e5m2"))),
+]
+
+DECODE_CASES = CACHE_DTYPE_CASES + [
     ("q float32", "q", r"dtype Float is not supported", lambda a: a.update(q=a["q"].float())),
     ("q float8", "q", r"dtype Float8_e5m2 is not supported", lambda a: a.update(q=a["q"].to(torch.float8_e5m2))),
     ("q 2-D", "q", r"\(3 dims\)", lambda a: a.update(q=a["q"][0])),
@@ -60,11 +115,13 @@ DECODE_CASES = [
     ("q heads not a multiple of KV heads", "q", r"not a multiple of the cache's 2 KV heads",
      lambda a: a.update(q=a["q"][:, :5], out=a["out"][:, :5])),
     ("q head dim", "q", r"the cache's head_dim", lambda a: a.update(q=a["q"][..., :32], out=a["out"][..., :32])),
-    ("k_cache float32", "k_cache", r"dtype Float is not supported",
-     lambda a: a.update(k_cache=a["k_cache"].float(), v_cache=a["v_cache"].float())),
+    ("head dim 96", "q", r"head_dim 96 is not supported \(64, 128 or 256\)",
+     lambda a: (caches(a, torch.float8_e5m2, 96), a.update(q=a["q"].new_zeros(B, HKV * G, 96),
+                                                           out=a["out"].new_zeros(B, HKV * G, 96)))),
+    ("k_cache float32", "k_cache", r"dtype Float is not supported", lambda a: caches(a, torch.float32)),
     ("k_cache 3-D", "k_cache", r"\(4 dims\)", lambda a: a.update(k_cache=a["k_cache"][0], v_cache=a["v_cache"][0])),
-    ("v_cache dtype", "v_cache", r"dtype Float8_e5m2 differs from k_cache's",
-     lambda a: a.update(v_cache=a["v_cache"].view(torch.float8_e5m2))),
+    ("v_cache dtype", "v_cache", r"dtype Byte differs from k_cache's Float8_e5m2",
+     lambda a: a.update(v_cache=a["v_cache"].view(torch.uint8))),
     ("v_cache shape", "v_cache", r"shape .* differs from k_cache's", lambda a: a.update(v_cache=a["v_cache"][:-1])),
     ("v_cache strides", "v_cache", r"one set of cache strides",
      lambda a: a.update(v_cache=other_strides(a["v_cache"]))),
@@ -76,22 +133,54 @@ DECODE_CASES = [
     ("seq_lens int64", "seq_lens", r"dtype Long is not supported",
      lambda a: a.update(seq_lens=a["seq_lens"].long())),
     ("seq_lens batch", "seq_lens", r"q's batch", lambda a: a.update(seq_lens=a["seq_lens"][:1])),
+    ("seq_lens strided", "seq_lens", r"must be contiguous",
+     lambda a: a.update(seq_lens=a["seq_lens"].new_zeros(2 * B)[::2])),
     ("out dtype", "out", r"dtype Float differs from q's", lambda a: a.update(out=a["out"].float())),
     ("out float16 for bfloat16 q", "out", r"differs from q's BFloat16", lambda a: a.update(q=a["q"].bfloat16())),
     ("out shape", "out", r"shape .* differs from q's", lambda a: a.update(out=a["out"][:1])),
     ("lse dtype", "lse", r"dtype Half is not supported", lambda a: a.update(lse=a["lse"].half())),
-    ("lse shape", "lse", r"must be \[batch, num_q_heads\]", lambda a: a.update(lse=a["lse"][:, :1])),
+    ("lse shape", "lse", r"must be \[batch, num_q_heads\] = \[2, 6\]", lambda a: a.update(lse=a["lse"][:, :1])),
     ("errors int64", "errors", r"dtype Long is not supported", lambda a: a.update(errors=a["errors"].long())),
     ("errors two words", "errors", r"one int32 word",
      lambda a: a.update(errors=torch.zeros_like(a["errors"].repeat(2)))),
     ("k_scale float64 tensor", "k_scale", r"dtype Double is not supported",
      lambda a: a.update(k_scale=a["lse"].new_ones((), dtype=torch.float64))),
     ("v_scale two elements", "v_scale", r"one float32 element", lambda a: a.update(v_scale=a["lse"].new_ones(2))),
+]
+
+PLAIN_DECODE_CASES = [
     ("max_context past the table", "max_context", r"block_table\.size\(1\) \* page_size",
      lambda a: a.update(max_context=MAX_PAGES * P + 1)),
 ]
 
-APPEND_CASES = [
+PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
+    ("plan not from plan_decode", "plan", r"not made by torch.ops.vxqa.plan_decode",
+     lambda a: a.update(plan=vxqa_torch.DecodePlan.from_ints([1, 2, 3], a["plan"].workspace))),
+    ("plan with a negative field", "plan", r"negative field", lambda a: a.update(plan=fake_plan(
+        a["q"].device, config=-1))),
+    ("plan for head dim 128", "q", r"head_dim 64 differs from the plan's 128 \(a DecodePlan serves one model shape",
+     lambda a: a.update(plan=fake_plan(a["q"].device, head_dim=128))),
+    ("plan for an fp16 cache", "k_cache", r"an e5m2 cache, the plan was made for fp16",
+     lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.FP16))),
+    ("plan for bf16 q", "q", r"dtype Half differs from the plan's BFloat16",
+     lambda a: a.update(plan=fake_plan(a["q"].device, qo_type=vxqa_torch._fake.BF16_Q))),
+    ("plan for page 32", "k_cache", r"page_size 16 differs from the plan's 32",
+     lambda a: a.update(plan=fake_plan(a["q"].device, page_size=32))),
+    ("plan for 4 KV heads", "k_cache", r"2 KV heads differ from the plan's 4",
+     lambda a: a.update(plan=fake_plan(a["q"].device, num_kv_heads=4))),
+    ("plan for group 2", "q", r"6 query heads differ from the plan's 4",
+     lambda a: a.update(plan=fake_plan(a["q"].device, group_size=2))),
+    ("batch above max_batch", "q", r"batch 2 is above the plan's max_batch 1",
+     lambda a: a.update(plan=fake_plan(a["q"].device, max_batch=1))),
+    ("block table shorter than max_context", "block_table", r"4 pages of 16 tokens hold less than the plan's "
+     r"max_context 65", lambda a: a.update(plan=fake_plan(a["q"].device, max_context=65))),
+    ("workspace too small", "workspace", r"4095 bytes, the plan needs 4096",
+     lambda a: a["plan"].__setattr__("workspace", a["plan"].workspace[:-1])),
+    ("workspace int32", "workspace", r"dtype Int is not supported",
+     lambda a: a["plan"].__setattr__("workspace", a["plan"].workspace.view(torch.int32))),
+]
+
+APPEND_CASES = CACHE_DTYPE_CASES + [
     ("key float32", "key", r"dtype Float is not supported",
      lambda a: a.update(key=a["key"].float(), value=a["value"].float())),
     ("key 2-D", "key", r"\(3 dims\)", lambda a: a.update(key=a["key"][0], value=a["value"][0])),
@@ -101,16 +190,18 @@ APPEND_CASES = [
     ("value dtype", "value", r"dtype Half differs from key's", lambda a: a.update(value=a["value"].half())),
     ("slot_mapping int32", "slot_mapping", r"dtype Int is not supported",
      lambda a: a.update(slot_mapping=a["slot_mapping"].int())),
-    ("slot_mapping length", "slot_mapping", r"key's num_tokens",
-     lambda a: a.update(slot_mapping=a["slot_mapping"][:-1])),
-    ("k_cache bfloat16", "k_cache", r"dtype BFloat16 is not supported",
-     lambda a: a.update(k_cache=a["k_cache"].bfloat16(), v_cache=a["v_cache"].bfloat16())),
+    ("slot_mapping longer than key", "slot_mapping", r"6 tokens, more than key's 5 rows \(num_tokens = "
+     r"slot_mapping.size\(0\) must be <= key.size\(0\)", lambda a: a.update(slot_mapping=a["slot_mapping"].new_zeros(
+         T + 1))),
+    ("k_cache bfloat16", "k_cache", r"dtype BFloat16 is not supported", lambda a: caches(a, torch.bfloat16)),
     ("v_cache strides", "v_cache", r"one set of cache strides",
      lambda a: a.update(v_cache=other_strides(a["v_cache"]))),
     ("key heads", "key", r"the cache's num_kv_heads",
      lambda a: a.update(key=a["key"][:, :1], value=a["value"][:, :1])),
     ("key head dim", "key", r"the cache's head_dim",
      lambda a: a.update(key=a["key"][..., :32], value=a["value"][..., :32])),
+    ("key head dim 12", "key", r"head_dim 12 must be a positive multiple of 8",
+     lambda a: (caches(a, torch.float8_e5m2, 12), a.update(key=a["key"][..., :12], value=a["value"][..., :12]))),
     ("errors int16", "errors", r"dtype Short is not supported", lambda a: a.update(errors=a["errors"].short())),
     ("k_scale float16 tensor", "k_scale", r"dtype Half is not supported",
      lambda a: a.update(k_scale=a["errors"].new_ones((), dtype=torch.half))),
@@ -118,21 +209,15 @@ APPEND_CASES = [
 
 
 def devices():
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    """cpu: the C++ checks; meta: the fake kernels; cuda: the C++ checks on GPU tensors."""
+    return ["cpu", "meta"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-def test_schemas_declare_what_they_mutate():
-    assert str(torch.ops.vxqa.decode_out.default._schema) == (
-        "vxqa::decode_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
-        "float softmax_scale, float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, "
-        "int max_context, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? errors) -> ()")
-    assert str(torch.ops.vxqa.append_kv.default._schema) == (
-        "vxqa::append_kv(Tensor key, Tensor value, Tensor slot_mapping, Tensor(a!) k_cache, Tensor(b!) v_cache, "
-        "float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(c!)? errors) -> ()")
-
-
-OPS = {"decode": (decode_args, call_decode), "append_kv": (append_args, call_append)}
-CASES = [("decode", *c) for c in DECODE_CASES] + [("append_kv", *c) for c in APPEND_CASES]
+OPS = {"decode": (decode_args, call_decode), "decode_planned": (planned_args, call_planned),
+       "append_kv": (append_args, call_append)}
+CASES = ([("decode", *c) for c in DECODE_CASES + PLAIN_DECODE_CASES]
+         + [("decode_planned", *c) for c in DECODE_CASES + PLAN_CASES]
+         + [("append_kv", *c) for c in APPEND_CASES])
 
 
 @pytest.mark.parametrize("device", devices())
@@ -140,16 +225,113 @@ CASES = [("decode", *c) for c in DECODE_CASES] + [("append_kv", *c) for c in APP
 def test_each_op_names_the_bad_argument(device, op, what, field, reason, spoil):
     make_args, call = OPS[op]
     a = make_args(device)
+    if device != "cuda":
+        cpu_refusal(call, a)  # valid before the spoiling: the case's refusal is the spoiling's
     spoil(a)
     with pytest.raises(ValueError, match=rf"^{field}: .*{reason}"):
         call(a)
 
 
-def test_cpu_tensors_are_refused_after_every_other_check():
-    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
-        call_decode(decode_args("cpu"))
-    with pytest.raises(ValueError, match=r"^key: must be a CUDA tensor"):
-        call_append(append_args("cpu"))
+def cpu_refusal(call, a):
+    """Runs the call on CPU or meta tensors: on meta it must pass, on CPU every check but the
+    device's must pass, so it fails naming the first tensor as not on the GPU."""
+    if next(iter(a.values())).device.type == "meta":
+        call(a)
+    else:
+        with pytest.raises(ValueError, match=r"^(q|key): must be a CUDA tensor"):
+            call(a)
+
+
+# Accepted: cpu_refusal shows that every check passed. (op, what, how to make it so)
+ACCEPTED = [
+    ("decode", "uint8 cache with kv_cache_dtype fp8_e5m2",
+     lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8_e5m2"))),
+    ("decode", "float8_e5m2 cache with kv_cache_dtype fp8_e5m2", lambda a: a.update(kv_cache_dtype="fp8_e5m2")),
+    ("decode", "fp16 cache with kv_cache_dtype auto", lambda a: caches(a, torch.float16)),
+    ("decode", "head dim 256", lambda a: (caches(a, torch.float16, 256), a.update(
+        q=a["q"].new_zeros(B, HKV * G, 256), out=a["out"].new_zeros(B, HKV * G, 256)))),
+    ("decode", "batch 0", lambda a: a.update(q=a["q"][:0], out=a["out"][:0], block_table=a["block_table"][:0],
+                                              seq_lens=a["seq_lens"][:0], lse=a["lse"][:0])),
+    ("decode_planned", "batch 0", lambda a: a.update(q=a["q"][:0], out=a["out"][:0], lse=a["lse"][:0],
+                                                      block_table=a["block_table"][:0], seq_lens=a["seq_lens"][:0])),
+    ("decode_planned", "batch below max_batch", lambda a: a.update(
+        q=a["q"][:1], out=a["out"][:1], lse=a["lse"][:1], block_table=a["block_table"][:1],
+        seq_lens=a["seq_lens"][:1])),
+    ("append_kv", "slot_mapping shorter than key (vLLM's padded key/value)",
+     lambda a: a.update(slot_mapping=a["slot_mapping"][:2])),
+    ("append_kv", "no tokens", lambda a: a.update(slot_mapping=a["slot_mapping"][:0])),
+    ("append_kv", "uint8 cache with kv_cache_dtype fp8_e5m2",
+     lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8_e5m2"))),
+]
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("op,what,change", ACCEPTED, ids=[f"{c[0]}: {c[1]}" for c in ACCEPTED])
+def test_accepted_arguments(device, op, what, change):
+    make_args, call = OPS[op]
+    a = make_args(device)
+    change(a)
+    cpu_refusal(call, a)
+
+
+def test_error_bits_are_one_set():
+    bits = [vxqa_torch.DECODE_ERROR_BAD_LENGTH, vxqa_torch.DECODE_ERROR_BAD_PAGE, vxqa_torch.APPEND_ERROR_BAD_SLOT,
+            vxqa_torch.ERROR_BAD_K_SCALE, vxqa_torch.ERROR_BAD_V_SCALE]
+    assert bits == [1, 2, 4, 8, 16]  # include/vxqa/kernel/error_bits.cuh
+
+
+def test_schemas_declare_what_they_mutate():
+    schemas = {name: str(getattr(torch.ops.vxqa, name).default._schema) for name in
+               ("decode_out", "plan_decode", "decode_planned", "describe_plan", "append_kv")}
+    assert schemas == {
+        "decode_out": "vxqa::decode_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
+        "Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, "
+        "Tensor? k_scale_tensor, Tensor? v_scale_tensor, int max_context, Tensor(a!) out, Tensor(b!)? lse, "
+        "Tensor(c!)? errors) -> ()",
+        "plan_decode": "vxqa::plan_decode(int num_kv_heads, int group_size, int head_dim, int page_size, "
+        "int max_batch, int max_context, ScalarType q_dtype, str kv_cache_dtype, ScalarType cache_dtype, "
+        "Device device) -> int[]",
+        "decode_planned": "vxqa::decode_planned(int[] plan, Tensor(a!) workspace, Tensor q, Tensor k_cache, "
+        "Tensor v_cache, Tensor block_table, Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, "
+        "float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(b!) out, "
+        "Tensor(c!)? lse, Tensor(d!)? errors) -> ()",
+        "describe_plan": "vxqa::describe_plan(int[] plan) -> str",
+        "append_kv": "vxqa::append_kv(Tensor key, Tensor value, Tensor slot_mapping, Tensor(a!) k_cache, "
+        "Tensor(b!) v_cache, str kv_cache_dtype, float k_scale, float v_scale, Tensor? k_scale_tensor, "
+        "Tensor? v_scale_tensor, Tensor(c!)? errors) -> ()",
+    }
+
+
+def test_the_fake_kernels_are_pythons():
+    """The C++ Meta kernels are gone: meta tensors run vxqa_torch/_fake.py's."""
+    for name in ("decode_out", "decode_planned", "append_kv"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"vxqa::{name}", "Meta")
+        assert torch._library.simple_registry.singleton.find(f"vxqa::{name}").fake_impl.kernel is not None
+
+
+PLAN_DECODE_CASES = [  # (what is wrong, the argument named, reason, plan_decode's keyword arguments changed)
+    ("a CPU device", "device", r"must be a CUDA device, got cpu", dict(device="cpu")),
+    ("kv_cache_dtype fp8", "kv_cache_dtype", r"E4M3 caches are not supported yet", dict(kv_cache_dtype="fp8")),
+    ("auto with a uint8 cache", "cache_dtype", r"uint8 cache holds fp8 codes of an unstated format",
+     dict(kv_cache_dtype="auto", cache_dtype=torch.uint8)),
+    ("fp8_e5m2 with an fp16 cache", "cache_dtype", r"dtype Half does not hold kv_cache_dtype",
+     dict(cache_dtype=torch.float16)),
+    ("auto without cache_dtype", "cache_dtype", r"needed with kv_cache_dtype \"auto\"",
+     dict(kv_cache_dtype="auto")),
+    ("q float32", "q_dtype", r"Float is not supported \(Half or BFloat16\)", dict(q_dtype=torch.float32)),
+    ("q heads not a multiple", "num_q_heads", r"6 is not a multiple of num_kv_heads 4", dict(num_kv_heads=4)),
+    ("both heads and group", "num_q_heads", r"give num_q_heads or group_size", dict(group_size=3)),
+    ("max_batch too big for an int", "max_batch", r"does not fit in an int", dict(max_batch=1 << 40)),
+]
+
+
+@pytest.mark.parametrize("what,field,reason,kw", PLAN_DECODE_CASES, ids=[c[0] for c in PLAN_DECODE_CASES])
+def test_decode_plan_names_the_bad_argument(what, field, reason, kw):
+    args = dict(num_q_heads=HKV * G, num_kv_heads=HKV, head_dim=D, page_size=P, max_batch=4, max_context=64,
+                kv_cache_dtype="fp8_e5m2", device="cpu")
+    args.update(kw)
+    with pytest.raises(ValueError, match=rf"^{field}: .*{reason}"):
+        vxqa_torch.DecodePlan(**args)
 
 
 def test_fake_tensors_give_out_shape_dtype_device_and_check_arguments():
@@ -167,24 +349,96 @@ def test_opcheck_on_meta_tensors():
     a = decode_args("meta")
     scale = torch.ones((), device="meta")
     torch.library.opcheck(torch.ops.vxqa.decode_out.default,
-                          (a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], 0.125, 1.0, 1.0,
-                           scale, None, 0, a["out"], a["lse"], a["errors"]))
+                          (a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], "auto", None, 1.0,
+                           1.0, scale, None, 0, a["out"], a["lse"], a["errors"]))
+    plan = fake_plan("meta")
+    torch.library.opcheck(torch.ops.vxqa.decode_planned.default,
+                          (plan.ints, plan.workspace, a["q"], a["k_cache"], a["v_cache"], a["block_table"],
+                           a["seq_lens"], "auto", 0.125, 1.0, 1.0, None, scale, a["out"], a["lse"], a["errors"]))
     b = append_args("meta")
     torch.library.opcheck(torch.ops.vxqa.append_kv.default,
-                          (b["key"], b["value"], b["slot_mapping"], b["k_cache"], b["v_cache"], 1.0, 0.5, None,
-                           scale, b["errors"]))
+                          (b["key"], b["value"], b["slot_mapping"][:3], b["k_cache"].view(torch.uint8),
+                           b["v_cache"].view(torch.uint8), "fp8_e5m2", 1.0, 0.5, None, scale, b["errors"]))
 
 
-def test_torch_compile_traces_both_ops_with_dynamic_shapes():
-    def layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
-        vxqa_torch.append_kv(key, value, slots, k_cache, v_cache)
-        return vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens) * 2
+# ---- torch.compile: dynamic batch without recompiling, bad shapes refused while tracing ----
 
-    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True, dynamic=True)
-    for batch in (2, 3):  # a second batch size reuses the dynamic graph
-        a, b = decode_args("meta"), append_args("meta")
-        q = torch.empty(batch, HKV * G, D, dtype=torch.half, device="meta")
-        out = compiled(q, b["key"].half(), b["value"].half(), b["slot_mapping"], a["k_cache"], a["v_cache"],
-                       torch.empty(batch, MAX_PAGES, dtype=torch.int32, device="meta"),
-                       torch.empty(batch, dtype=torch.int32, device="meta"))
-        assert out.shape == q.shape and out.dtype == torch.half
+CHD, CG, CD, CPAGES, CMAX_PAGES = 4, 3, 64, 11, 5  # sizes no batch below equals (dynamo's duck sizing)
+
+
+def meta(*shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def layer_inputs(batch, head_dim=CD, padding=1):
+    """A decode step's tensors for `batch` sequences: key/value padded by `padding` rows, as
+    vLLM pads them for CUDA graphs, and slot_mapping not."""
+    return dict(q=meta(batch, CHD * CG, head_dim, dtype=torch.half),
+                key=meta(batch + padding, CHD, head_dim, dtype=torch.half),
+                value=meta(batch + padding, CHD, head_dim, dtype=torch.half), slots=meta(batch, dtype=torch.long),
+                k_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
+                v_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
+                block_table=meta(batch, CMAX_PAGES, dtype=torch.int32), seq_lens=meta(batch, dtype=torch.int32))
+
+
+def plain_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype="fp8_e5m2") * 2
+
+
+META_PLAN = None
+
+
+def planned_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return META_PLAN.run(q, k_cache, v_cache, block_table, seq_lens) * 2
+
+
+def specialising_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
+    """A control: branches on the batch, so each batch size needs a graph of its own."""
+    out = plain_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens)
+    return out + 1 if q.shape[0] % 2 else out
+
+
+@pytest.mark.parametrize("layer,graphs", [(plain_layer, 1), (planned_layer, 1), (specialising_layer, 2)],
+                         ids=["decode", "DecodePlan.run", "control: a layer that specialises"])
+def test_torch_compile_dynamic_batch_does_not_recompile(layer, graphs):
+    global META_PLAN
+    META_PLAN = fake_plan("meta", max_batch=8, num_kv_heads=CHD, max_context=CMAX_PAGES * P,
+                          kv_cache_dtype="fp8_e5m2")
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
+    frames = []
+    for batch in (2, 3, 7):
+        inputs = layer_inputs(batch)
+        out = compiled(**inputs)
+        assert out.shape == inputs["q"].shape and out.dtype == torch.half
+        frames.append(counter.frame_count)
+    # The first call may compile more than one frame; later batch sizes must reuse them.
+    assert frames[-1] - frames[0] == graphs - 1, f"frames compiled after each call: {frames}"
+
+
+@pytest.mark.parametrize("layer", [plain_layer, planned_layer], ids=["decode", "DecodePlan.run"])
+def test_torch_compile_refuses_head_dim_96_while_tracing(layer):
+    global META_PLAN
+    META_PLAN = fake_plan("meta", head_dim=96, num_kv_heads=CHD, kv_cache_dtype="fp8_e5m2")
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
+        compiled(**layer_inputs(2, head_dim=96))
+    assert "ValueError('q: head_dim 96 is not supported (64, 128 or 256)')" in str(refusal.value)
+    assert counter.frame_count == 0  # no graph reached the backend: refused while tracing
+
+
+def test_torch_compile_refuses_a_slot_mapping_longer_than_key_while_tracing():
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(plain_layer, backend=counter, fullgraph=True, dynamic=True)
+    inputs = layer_inputs(3, padding=0)
+    inputs["slots"] = meta(4, dtype=torch.long)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
+        compiled(**inputs)
+    assert "ValueError(\"slot_mapping: 4 tokens, more than key's 3 rows" in str(refusal.value)
+    assert counter.frame_count == 0

@@ -1,23 +1,30 @@
 """vxqa's torch ops: decode attention over a paged FP8 E5M2 (or fp16) KV cache, and the
-writer that puts each step's new K/V into it. docs/torch.md is the guide.
+writer that puts each step's new K/V into it. docs/torch.md is the guide, docs/vllm.md the
+mapping from a vLLM attention backend.
 
-    vxqa_torch.append_kv(key, value, slot_mapping, k_cache, v_cache, k_scale=ks, v_scale=vs)
-    out = vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens, k_scale=ks, v_scale=vs)
+    vxqa_torch.append_kv(key, value, slot_mapping, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    plan = vxqa_torch.DecodePlan(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                                 max_batch=64, max_context=8192, kv_cache_dtype="fp8_e5m2")
+    out = plan.run(q, k_cache, v_cache, block_table, seq_lens)     # every layer, every step
+    out = vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens)  # slow path: plans each call
 
-Both are torch.library custom ops underneath (torch.ops.vxqa.decode_out and
-torch.ops.vxqa.append_kv) with fake kernels, so they work under torch.compile and in
-CUDA-graph capture. A bad argument raises ValueError naming it ("q: ...").
+They are torch.library custom ops underneath (torch.ops.vxqa.*) with fake kernels, so they
+work under torch.compile and in CUDA-graph capture. A bad argument raises ValueError naming
+it ("q: ...").
 """
-import math
-
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.vxqa)
+from . import _fake
+from ._fake import HEAD_DIMS, KV_CACHE_DTYPES, PLAN_FIELDS  # noqa: F401
 
-# Bits of the error words (one int32 each; see `errors` below).
-DECODE_ERROR_BAD_LENGTH = 1  # a length < 0 or above max_context: that sequence's out is NaN
-DECODE_ERROR_BAD_PAGE = 2  # a block-table id outside [0, num_pages): that sequence's out is NaN
-APPEND_ERROR_BAD_SLOT = 1  # a slot below -1 or past the pool: that token was not written
+# Bits of an error word (include/vxqa/kernel/error_bits.cuh): one set for decode and
+# append_kv, so one int32 word can collect a whole layer's.
+DECODE_ERROR_BAD_LENGTH = 1  # a length < 0, above max_context or past the block table: that sequence's out is NaN
+DECODE_ERROR_BAD_PAGE = 2  # a block-table id outside [0, num_pages) within the length: that sequence's out is NaN
+APPEND_ERROR_BAD_SLOT = 4  # a slot at or past num_pages * page_size: that token was not written
+ERROR_BAD_K_SCALE = 8  # a k_scale tensor holding 0, < 0, inf or NaN: decode's out and lse NaN, appended K rows NaN
+ERROR_BAD_V_SCALE = 16  # the same for v_scale: decode's out NaN, appended V rows NaN
 
 
 def _scale(value):
@@ -28,47 +35,150 @@ def _scale(value):
     return float(value), None
 
 
-def decode(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, k_scale=1.0, v_scale=1.0,
-           max_context=None, out=None, lse=None, errors=None):
+def _softmax_scale(value):
+    # None: the op takes 1 / sqrt(head_dim) itself, which keeps head_dim symbolic under compile.
+    return None if value is None else float(value)
+
+
+def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto", softmax_scale=None, k_scale=1.0,
+           v_scale=1.0, max_context=None, out=None, lse=None, errors=None):
     """One decode step: softmax(q K^T * softmax_scale) V per query head over the paged cache.
+
+    The slow path: every call plans (asks the device for its SMs and occupancy) and takes a
+    workspace from torch's allocator. A serving loop makes a DecodePlan once and calls
+    plan.run(...) instead.
 
     q            float16 or bfloat16 [batch, num_q_heads, head_dim], the last dimension contiguous.
     k_cache      [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD, any strides but
-    v_cache      the last), uint8 or float8_e5m2 (E5M2 codes) or float16; K and V share
-                 dtype, shape and strides. Query head h reads KV head h // group.
+    v_cache      the last): float8_e5m2 or float16, or uint8 holding E5M2 codes with
+                 kv_cache_dtype="fp8_e5m2"; K and V share dtype, shape and strides.
+                 Query head h reads KV head h // group.
     block_table  int32 [batch, max_pages_per_seq]: page ids in [0, num_pages).
-    seq_lens     int32 [batch]: read on the device at every launch (graph-safe).
+    seq_lens     int32 [batch]: each sequence's tokens in the cache, this step's included;
+                 read on the device at every launch (graph-safe). 0 gives out 0, lse -inf.
+    kv_cache_dtype  vLLM's string: "auto" (the cache's dtype says; uint8 is refused) or
+                 "fp8_e5m2"; "fp8" and "fp8_e4m3" (E4M3) are refused for now.
     softmax_scale  default 1 / sqrt(head_dim).
     k_scale, v_scale  real = stored * scale: a float, or a one-element float32 CUDA tensor.
     max_context  the plan's capacity (default block_table.size(1) * page_size): lengths
                  above it give NaN and DECODE_ERROR_BAD_LENGTH.
     out          [batch, num_q_heads, head_dim] of q's dtype (allocated when None).
     lse          optional float32 [batch, num_q_heads], filled with the natural-log LSE.
-    errors       optional int32 CUDA tensor of one element: DECODE_ERROR_* bits are OR-ed in.
-    Returns out.
+    errors       optional int32 CUDA tensor of one element: the ERROR bits are OR-ed in.
+    Returns out. Batch 0 does nothing.
     """
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     k_value, k_tensor = _scale(k_scale)
     v_value, v_tensor = _scale(v_scale)
-    torch.ops.vxqa.decode_out(q, k_cache, v_cache, block_table, seq_lens, float(softmax_scale), k_value, v_value,
-                              k_tensor, v_tensor, int(max_context or 0), out, lse, errors)
+    torch.ops.vxqa.decode_out(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
+                              _softmax_scale(softmax_scale), k_value, v_value, k_tensor, v_tensor,
+                              int(max_context or 0), out, lse, errors)
     return out
 
 
-def append_kv(key, value, slot_mapping, k_cache, v_cache, *, k_scale=1.0, v_scale=1.0, errors=None):
+class DecodePlan:
+    """Plan once, run every layer and step: vxqa::Decoder's choice of Config and its plan,
+    made once from the model's shape and capacity, and the workspace allocated once.
+
+        plan = DecodePlan(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, max_batch=256,
+                          max_context=32768, q_dtype=torch.bfloat16, kv_cache_dtype="fp8_e5m2")
+        out = plan.run(q, k_cache, v_cache, block_table, seq_lens, k_scale=k_scale, v_scale=v_scale)
+
+    run() validates and launches only: no device query, no allocation (but `out`'s when
+    not given). Any batch up to max_batch runs with the plan, each on its sequences' own
+    lengths; the grid is the plan's, so a CUDA graph captured once replays as lengths change.
+
+    Construct it outside torch.compile'd code (it asks the device); run() compiles. One plan
+    serves every layer of the shape, one after another on one stream: its workspace holds one
+    step at a time, so decodes that may overlap (other streams) need a plan each.
+
+    num_q_heads or group_size   query heads, or query heads per KV head.
+    num_kv_heads, head_dim, page_size   the cache's shape (head_dim 64, 128 or 256).
+    max_batch, max_context      the capacity: sequences per call, tokens per sequence (the
+                                block table passed to run() must hold max_context tokens).
+    q_dtype                     float16 or bfloat16 (q and out).
+    kv_cache_dtype, cache_dtype vLLM's string as for decode(), and the cache tensors' dtype
+                                ("auto" needs it; "fp8_e5m2" takes uint8 or float8_e5m2).
+    device                      default: the current CUDA device.
+    """
+
+    def __init__(self, *, num_kv_heads, head_dim, page_size, max_batch, max_context, num_q_heads=None,
+                 group_size=None, q_dtype=torch.float16, kv_cache_dtype="auto", cache_dtype=None, device=None):
+        if (num_q_heads is None) == (group_size is None):
+            raise ValueError("num_q_heads: give num_q_heads or group_size (query heads per KV head), one of them")
+        if group_size is None:
+            if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+                raise ValueError(f"num_q_heads: {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+            group_size = num_q_heads // num_kv_heads
+        if cache_dtype is None:
+            if kv_cache_dtype == "auto":
+                raise ValueError('cache_dtype: needed with kv_cache_dtype "auto" (the cache\'s dtype says its format)')
+            cache_dtype = torch.uint8  # "fp8_e5m2" runs on uint8 and float8_e5m2 caches alike
+        device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        ints = torch.ops.vxqa.plan_decode(num_kv_heads, group_size, head_dim, page_size, max_batch, max_context,
+                                          q_dtype, kv_cache_dtype, cache_dtype, device)
+        workspace = torch.empty(ints[PLAN_FIELDS.index("workspace_bytes")], dtype=torch.uint8, device=device)
+        self._init(ints, workspace, kv_cache_dtype)
+
+    @classmethod
+    def from_ints(cls, ints, workspace, kv_cache_dtype="auto"):
+        """A plan from plan_decode's ints and a workspace (of at least workspace_bytes): for
+        tests and for callers that keep the ints. decode_planned checks both."""
+        self = cls.__new__(cls)
+        self._init(list(ints), workspace, kv_cache_dtype)
+        return self
+
+    def _init(self, ints, workspace, kv_cache_dtype):
+        self.ints = list(ints)  # torch.ops.vxqa.decode_planned's `plan`
+        self.workspace = workspace
+        self.kv_cache_dtype = kv_cache_dtype
+
+    def __getattr__(self, name):
+        """The plan's fields by name: plan.head_dim, plan.chunk_tokens, plan.workspace_bytes, ..."""
+        ints = self.__dict__.get("ints")
+        if name in PLAN_FIELDS and ints is not None and len(ints) == len(PLAN_FIELDS):
+            return ints[PLAN_FIELDS.index(name)]
+        raise AttributeError(f"DecodePlan has no attribute {name!r}")
+
+    @property
+    def config_name(self):
+        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16"."""
+        return torch.ops.vxqa.describe_plan(self.ints)
+
+    def __repr__(self):
+        return "DecodePlan(" + ", ".join(f"{n}={v}" for n, v in zip(PLAN_FIELDS[1:], self.ints[1:])) + ")"
+
+    def run(self, q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, k_scale=1.0, v_scale=1.0,
+            out=None, lse=None, errors=None):
+        """One decode step with this plan: decode()'s arguments and results (batch up to
+        max_batch; the block table holds at least max_context tokens). Returns out."""
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        k_value, k_tensor = _scale(k_scale)
+        v_value, v_tensor = _scale(v_scale)
+        torch.ops.vxqa.decode_planned(self.ints, self.workspace, q, k_cache, v_cache, block_table, seq_lens,
+                                      self.kv_cache_dtype, _softmax_scale(softmax_scale), k_value, v_value,
+                                      k_tensor, v_tensor, out, lse, errors)
+        return out
+
+
+def append_kv(key, value, slot_mapping, k_cache, v_cache, *, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0,
+              errors=None):
     """Writes this step's new rows into the paged cache (vLLM's reshape_and_cache_flash).
 
-    key, value   float16 or bfloat16 [num_tokens, num_kv_heads, head_dim], last dim contiguous.
-    slot_mapping int64 [num_tokens]: slot = page * page_size + offset; -1 skips the token.
+    key, value   float16 or bfloat16 [rows, num_kv_heads, head_dim], last dim contiguous; rows
+                 may exceed num_tokens (vLLM pads them for CUDA graphs): those past it are not read.
+    slot_mapping int64 [num_tokens], num_tokens <= rows: slot = page * page_size + offset;
+                 every negative slot skips its token; one at or past the pool sets
+                 APPEND_ERROR_BAD_SLOT and is not written.
     k_cache, v_cache  as in decode(); written in place. E5M2 stores x / scale rounded to
                  nearest even, saturated to +-57344; fp16 caches store x / scale.
+    kv_cache_dtype  as in decode().
     k_scale, v_scale  a float, or a one-element float32 CUDA tensor.
-    errors       optional int32 CUDA tensor of one element: APPEND_ERROR_BAD_SLOT is OR-ed in.
+    errors       optional int32 CUDA tensor of one element: the ERROR bits are OR-ed in.
     """
     k_value, k_tensor = _scale(k_scale)
     v_value, v_tensor = _scale(v_scale)
-    torch.ops.vxqa.append_kv(key, value, slot_mapping, k_cache, v_cache, k_value, v_value, k_tensor, v_tensor,
-                             errors)
+    torch.ops.vxqa.append_kv(key, value, slot_mapping, k_cache, v_cache, kv_cache_dtype, k_value, v_value, k_tensor,
+                             v_tensor, errors)
