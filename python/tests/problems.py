@@ -6,10 +6,16 @@ from dataclasses import dataclass
 
 import torch
 
+import vxqa_torch
 from vxqa_torch.reference import decode_reference, dequantize
 
 E5M2_MAX = 57344.0
 CACHE_DTYPES = {"uint8": torch.uint8, "float8_e5m2": torch.float8_e5m2, "float16": torch.float16}
+
+
+def kv_cache_dtype_of(cache):
+    """vLLM's kv_cache_dtype string for a test cache: a uint8 one holds E5M2 codes, and says so."""
+    return "fp8_e5m2" if cache.dtype == torch.uint8 else "auto"
 
 
 def random_cache_values(shape, dtype, generator, device):
@@ -30,6 +36,18 @@ class Problem:
     seq_lens: torch.Tensor
     k_scale: float
     v_scale: float
+
+    @property
+    def kv_cache_dtype(self):
+        return kv_cache_dtype_of(self.k_cache)
+
+    def plan(self, max_batch=None, max_context=None):
+        """A DecodePlan for this problem's shape (capacity: its batch and block table by default)."""
+        return vxqa_torch.DecodePlan(
+            num_q_heads=self.q.shape[1], num_kv_heads=self.k_cache.shape[2], head_dim=self.q.shape[2],
+            page_size=self.k_cache.shape[1], max_batch=max_batch or self.q.shape[0],
+            max_context=max_context or self.block_table.shape[1] * self.k_cache.shape[1], q_dtype=self.q.dtype,
+            kv_cache_dtype=self.kv_cache_dtype, cache_dtype=self.k_cache.dtype, device=self.q.device)
 
     def reference(self, seq_lens=None, k_scale=None, v_scale=None):
         return decode_reference(self.q, self.k_cache, self.v_cache, self.block_table,

@@ -1,8 +1,9 @@
 """append_kv on the GPU: bit for bit against torch's own conversions (E5M2 with the scale,
 saturated to +-57344, round to nearest even; fp16 likewise), from fp16 and bf16 rows, into
-uint8, float8_e5m2 and fp16 caches; skipped slots and bad slots leave the cache alone; the
-error word; device scales; and append then decode inside a replayed CUDA graph against the
-float64 reference."""
+uint8, float8_e5m2 and fp16 caches; vLLM's writer contract (key/value padded past a shorter
+slot_mapping, every negative slot skipped); bad slots leave the cache alone; the error word;
+device scales, and bad ones (their bit, NaN rows); and append then decode inside a replayed
+CUDA graph against the float64 reference."""
 import math
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 import vxqa_torch
 from vxqa_torch.reference import decode_reference
-from problems import E5M2_MAX, assert_matches_reference, random_cache_values
+from problems import E5M2_MAX, assert_matches_reference, kv_cache_dtype_of, random_cache_values
 
 
 def encode(x, scale, cache_dtype):
@@ -42,7 +43,8 @@ def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype):
     k_before, v_before = k_cache.clone(), v_cache.clone()
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
     k_scale, v_scale = 0.75, 1.5
-    vxqa_torch.append_kv(key.to(cuda), value.to(cuda), slots.to(cuda), k_cache, v_cache, k_scale=k_scale,
+    vxqa_torch.append_kv(key.to(cuda), value.to(cuda), slots.to(cuda), k_cache, v_cache,
+                         kv_cache_dtype=kv_cache_dtype_of(k_cache), k_scale=k_scale,
                          v_scale=torch.tensor([v_scale], device=cuda), errors=errors)
     torch.cuda.synchronize()
     assert errors.item() == 0
@@ -56,24 +58,94 @@ def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype):
     assert torch.equal(as_bytes(v_cache.cpu().view(-1, heads, dim)), want_v)
 
 
+def expected_cache(before, key, slots, scale):
+    """The bytes [slot, head, dim * element bytes] a cache must hold after writing key's rows
+    at slots (negative ones skipped): the CPU encoder's codes, the rest as before."""
+    heads, dim = before.shape[2], before.shape[3]
+    want = as_bytes(before.cpu().view(-1, heads, dim)).clone()
+    slots = slots.cpu()
+    written = slots >= 0
+    want[slots[written]] = as_bytes(encode(key.cpu()[: len(slots)][written], scale, before.dtype))
+    return want
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.uint8, torch.float8_e5m2, torch.float16])
+def test_append_kv_vllm_padded_rows_and_negative_slots(cuda, cache_dtype):
+    """vLLM pads key and value for CUDA graphs, not slot_mapping: num_tokens is
+    slot_mapping's length, rows past it are not read, and every negative slot (-1, -7) is
+    skipped silently."""
+    g = torch.Generator().manual_seed(8)
+    tokens, padded, heads, dim, pages, page_size = 9, 16, 2, 128, 4, 16
+    key = torch.randn(padded, heads, dim, generator=g).half()
+    value = torch.randn(padded, heads, dim, generator=g).half()
+    slots = torch.randperm(pages * page_size, generator=g)[:tokens]
+    slots[2], slots[6] = -1, -7
+    k_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
+    v_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
+    want_k, want_v = expected_cache(k_cache, key, slots, 0.5), expected_cache(v_cache, value, slots, 2.0)
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+    vxqa_torch.append_kv(key.to(cuda), value.to(cuda), slots.to(cuda), k_cache, v_cache,
+                         kv_cache_dtype=kv_cache_dtype_of(k_cache), k_scale=0.5, v_scale=2.0, errors=errors)
+    torch.cuda.synchronize()
+    assert errors.item() == 0  # negative slots are not errors
+    assert torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)), want_k)
+    assert torch.equal(as_bytes(v_cache.cpu().view(-1, heads, dim)), want_v)
+    # The comparison can fail: had the first padded row been written too, to a free slot, it would differ.
+    free = next(s for s in range(pages * page_size) if s not in set(slots.tolist()))
+    assert not torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)),
+                           expected_cache(k_cache, key, torch.cat([slots, slots.new_tensor([free])]), 0.5))
+
+
 def test_append_kv_bad_slots_set_the_error_and_write_nothing(cuda):
-    key = torch.randn(4, 1, 64, device=cuda).half()
-    cache = torch.zeros(2, 16, 1, 64, dtype=torch.uint8, device=cuda)
+    key = torch.randn(5, 1, 64, device=cuda).half()
+    cache = torch.zeros(2, 16, 1, 64, dtype=torch.float8_e5m2, device=cuda)
     v_cache = torch.zeros_like(cache)
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
-    vxqa_torch.append_kv(key, key, torch.tensor([32, -2, 1 << 40, -1], device=cuda), cache, v_cache, errors=errors)
+    vxqa_torch.append_kv(key, key, torch.tensor([32, -2, 1 << 40, -1, -(1 << 40)], device=cuda), cache, v_cache,
+                         errors=errors)
     torch.cuda.synchronize()
     assert errors.item() == vxqa_torch.APPEND_ERROR_BAD_SLOT
-    assert cache.count_nonzero().item() == 0 and v_cache.count_nonzero().item() == 0
+    assert cache.view(torch.uint8).count_nonzero().item() == 0 and v_cache.view(torch.uint8).count_nonzero() == 0
+
+
+def test_append_kv_no_tokens_is_a_no_op(cuda):
+    key = torch.randn(4, 1, 64, device=cuda).half()  # all padding
+    cache = torch.zeros(2, 16, 1, 64, dtype=torch.float16, device=cuda)
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+    vxqa_torch.append_kv(key, key, torch.zeros(0, dtype=torch.long, device=cuda), cache, cache.clone(),
+                         errors=errors)
+    torch.cuda.synchronize()
+    assert errors.item() == 0 and cache.count_nonzero().item() == 0
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float16])
+@pytest.mark.parametrize("which", ["k", "v"])
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_append_kv_bad_device_scale_sets_its_bit_and_writes_nan(cuda, cache_dtype, which, bad):
+    key = torch.randn(3, 2, 64, device=cuda).half()
+    k_cache = torch.zeros(2, 16, 2, 64, dtype=cache_dtype, device=cuda)
+    v_cache = torch.zeros_like(k_cache)
+    scales = dict(k_scale=torch.tensor(1.0, device=cuda), v_scale=torch.tensor(1.0, device=cuda))
+    scales[f"{which}_scale"].fill_(bad)
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+    slots = torch.tensor([3, 17, 30], device=cuda)
+    vxqa_torch.append_kv(key, key, slots, k_cache, v_cache, errors=errors, **scales)
+    torch.cuda.synchronize()
+    assert errors.item() == (vxqa_torch.ERROR_BAD_K_SCALE if which == "k" else vxqa_torch.ERROR_BAD_V_SCALE)
+    bad_cache, good_cache = (k_cache, v_cache) if which == "k" else (v_cache, k_cache)
+    rows = lambda c: c.view(-1, 2, 64)[slots].float()  # noqa: E731
+    assert rows(bad_cache).isnan().all()
+    assert torch.equal(rows(good_cache), key.to(cache_dtype).float())  # scale 1
 
 
 @pytest.mark.parametrize("what,field,kw,head_dim", [
-    ("k_scale 0", "k_scale", dict(k_scale=0.0), 64), ("head dim 12", "head_dim", {}, 12)])
+    ("k_scale 0", "k_scale", dict(k_scale=0.0), 64), ("head dim 12", "key", {}, 12)])
 def test_append_kv_library_checks_name_the_field(cuda, what, field, kw, head_dim):
     key = torch.randn(3, 1, head_dim, device=cuda).half()
     cache = torch.zeros(2, 16, 1, head_dim, dtype=torch.uint8, device=cuda)
     with pytest.raises(ValueError, match=rf"^{field}: "):
-        vxqa_torch.append_kv(key, key, torch.arange(3, device=cuda), cache, cache.clone(), **kw)
+        vxqa_torch.append_kv(key, key, torch.arange(3, device=cuda), cache, cache.clone(),
+                             kv_cache_dtype="fp8_e5m2", **kw)
 
 
 def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
@@ -94,13 +166,13 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
     lens = torch.zeros(batch, dtype=torch.int32, device=cuda)
     out = torch.empty_like(q)
     lse = torch.empty(batch, heads * group, device=cuda)
-    errors = torch.zeros(2, dtype=torch.int32, device=cuda)  # [append, decode]: their bits overlap
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)  # the layer's word: the two ops' bits differ
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale,
-                             errors=errors[0])
+                             errors=errors)
         vxqa_torch.decode(q, k_cache, v_cache, block_table, lens, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
-                          errors=errors[1])
+                          errors=errors)
     start = torch.tensor([0, 5, 20])  # ragged: each sequence already holds this many tokens
     for step in range(12):
         now = start + step  # the token written this step is number `now`
@@ -113,7 +185,7 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
         lse.fill_(math.nan)
         graph.replay()
     torch.cuda.synchronize()
-    assert errors.tolist() == [0, 0]
+    assert errors.item() == 0
     # Only the last 12 tokens of each sequence were written; the earlier ones are zero codes.
     ref_out, ref_lse = decode_reference(q, k_cache, v_cache, block_table, lens, None,
                                                              k_scale.item(), v_scale.item())
