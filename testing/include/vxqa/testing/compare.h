@@ -25,6 +25,7 @@
 #pragma once
 
 #include <vxqa/testing/decode_reference.h>
+#include <vxqa/testing/error_model.h>
 #include <vxqa/testing/random_problem.h>
 
 #include <algorithm>
@@ -157,6 +158,66 @@ inline Comparison compare_with_reference(const DecodeOutput& ref, const std::vec
       const double want = ref.lse[row];
       detail::check(&c, expect[b], ours.lse[row], want, -inf,
                     bounds.lse_abs + bounds.lse_rel * std::fabs(want), b, h, -1);
+    }
+  }
+  return c;
+}
+
+// The bound of a correct kernel, from the error model (error_model.h): for out,
+//   sigmas · σ + fixed + half an ulp of the output type at |ref| + sigmas · σ + fixed
+// (with bf16 outputs compared as the fp16 values they equal, plus half an fp16 subnormal
+// step for that conversion); for LSE, sigmas · σ + fixed. Eight standard deviations: a
+// kernel whose weights round in a frame twice as coarse as the model's (the running
+// frame) still stays within, and a dropped token, a dropped tile or a swapped head moves an
+// output by many of them (test/cpu/compare_power.cpp).
+struct ModelBounds {
+  double sigmas = 8;
+  int out_mantissa_bits = 10;  // 10: fp16 outputs; 7: bf16
+};
+
+namespace detail {
+
+// Half an ulp of |x| in a float format with `mantissa_bits` and fp16's or bf16's range.
+inline double half_ulp(double x, int mantissa_bits) {
+  const double a = std::fabs(x);
+  const int min_exponent = mantissa_bits == 10 ? -14 : -126;
+  const int e = a > 0 ? std::max(std::ilogb(a), min_exponent) : min_exponent;
+  return std::ldexp(0.5, e - mantissa_bits);
+}
+
+}  // namespace detail
+
+inline Comparison compare_with_reference(const DecodeOutput& ref, const ErrorModel& model,
+                                         const std::vector<Expect>& expect, int q_heads, int head_dim,
+                                         const KernelOutputs& ours, uint32_t expected_errors,
+                                         const ModelBounds& bounds = {}) {
+  Comparison c;
+  const size_t batch = expect.size();
+  if (ref.out.size() != batch * q_heads * head_dim || ref.lse.size() != batch * q_heads ||
+      model.out_sigma.size() != ref.out.size() || model.lse_sigma.size() != ref.lse.size()) {
+    c.mismatches = 1;
+    c.first = "the reference's or the model's shape is not [" + std::to_string(batch) + ", " +
+              std::to_string(q_heads) + ", " + std::to_string(head_dim) + "]";
+    return c;
+  }
+  if (ours.errors != expected_errors) {
+    c.mismatches = 1;
+    c.first = "error word " + std::to_string(ours.errors) + ", want " + std::to_string(expected_errors);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  const double conversion = bounds.out_mantissa_bits == 10 ? 0.0 : 0x1p-25;
+  for (size_t b = 0; b < batch; ++b) {
+    for (int h = 0; h < q_heads; ++h) {
+      const size_t row = b * q_heads + h;
+      for (int d = 0; d < head_dim; ++d) {
+        const size_t i = row * head_dim + d;
+        const double want = ref.out[i];
+        const double error = bounds.sigmas * model.out_sigma[i] + model.out_fixed[i];
+        const double bound = error + detail::half_ulp(std::fabs(want) + error, bounds.out_mantissa_bits) + conversion;
+        detail::check(&c, expect[b], fp16_to_double(ours.out[i]), want, 0.0, bound, b, h, d);
+      }
+      detail::check(&c, expect[b], ours.lse[row], ref.lse[row], -inf,
+                    bounds.sigmas * model.lse_sigma[row] + model.lse_fixed[row], b, h, -1);
     }
   }
   return c;
