@@ -1,0 +1,213 @@
+"""docs/vllm.md's example, runnable: vxqa's ops driven exactly as a vLLM attention backend
+drives its cache writer and decode kernel. vLLM's names are kept (AttentionMetadata's
+slot_mapping, seq_lens, block_table; the layer's _k_scale / _v_scale tensors; kv_cache_dtype).
+
+What a serving step looks like here, as in vLLM with full CUDA graphs for decode:
+- the batch is padded to the captured size: padding rows have seq_len 0, slot -1, a block
+  table row of zeros, and key/value rows of garbage (NaN here) that must not be read;
+- one graph is captured once and replayed every step while the lengths grow;
+- outside a graph (vLLM's eager or piecewise mode) key/value keep the padded row count while
+  slot_mapping holds only the real tokens.
+Outputs are compared with the float64 reference (vxqa_torch/reference.py) within the tests'
+bound, and the cache rows written with the CPU encoder, bit for bit. GPU only: skips on CPU."""
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import vxqa_torch
+from problems import E5M2_MAX, assert_matches_reference
+from vxqa_torch.reference import decode_reference
+
+PAD_SLOT_ID = -1  # vLLM's slot for a padding token
+
+
+@dataclass
+class DecodeMetadata:
+    """The fields of vLLM's attention metadata that a decode step uses (a decode-only batch:
+    one query token per request)."""
+    slot_mapping: torch.Tensor  # int64 [num_tokens]: where this step's K/V rows go
+    seq_lens: torch.Tensor  # int32 [num_reqs]: tokens in the cache *including* this step's
+    block_table: torch.Tensor  # int32 [num_reqs, max_blocks_per_req]
+
+
+class VxqaDecodeBackend:
+    """What a vLLM AttentionImpl's decode path does with vxqa, in one place."""
+
+    def __init__(self, num_heads, num_kv_heads, head_size, block_size, max_num_seqs, max_model_len, kv_cache_dtype,
+                 cache_dtype, model_dtype, device):
+        self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
+        self.kv_cache_dtype = kv_cache_dtype
+        # Once, when the backend is built: vxqa's Config and split plan for this shape and
+        # capacity, and its workspace. Every layer of the model shares it (one at a time).
+        self.plan = vxqa_torch.DecodePlan(
+            num_q_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_size, page_size=block_size,
+            max_batch=max_num_seqs, max_context=max_model_len, q_dtype=model_dtype, kv_cache_dtype=kv_cache_dtype,
+            cache_dtype=cache_dtype, device=device)
+
+    def forward(self, layer, query, key, value, kv_cache, metadata, output, errors):
+        """query [num_tokens, num_heads * head_size], key/value [num_tokens, num_kv_heads * head_size]
+        (num_tokens may be padded past the real ones); kv_cache [2, num_blocks, block_size,
+        num_kv_heads, head_size] (vLLM's FlashAttention layout); output like query."""
+        key_cache, value_cache = kv_cache.unbind(0)
+        # vLLM's reshape_and_cache_flash: slot_mapping may be shorter than key/value.
+        vxqa_torch.append_kv(key.view(-1, self.num_kv_heads, self.head_size),
+                             value.view(-1, self.num_kv_heads, self.head_size), metadata.slot_mapping, key_cache,
+                             value_cache, kv_cache_dtype=self.kv_cache_dtype, k_scale=layer._k_scale,
+                             v_scale=layer._v_scale, errors=errors)
+        num_reqs = metadata.seq_lens.shape[0]
+        q = query.view(-1, self.num_heads, self.head_size)[:num_reqs]
+        out = output.view(-1, self.num_heads, self.head_size)[:num_reqs]
+        self.plan.run(q, key_cache, value_cache, metadata.block_table, metadata.seq_lens, k_scale=layer._k_scale,
+                      v_scale=layer._v_scale, out=out, errors=errors)
+        return output
+
+
+@dataclass
+class Layer:
+    _k_scale: torch.Tensor  # float32, 0-dim, on the device: vLLM's per-layer scales
+    _v_scale: torch.Tensor
+
+
+def encode(x, scale, cache_dtype):
+    """What the cache holds for rows x (the CPU encoder): x / scale in fp32, E5M2 saturated."""
+    y = x.float().cpu() / scale
+    if cache_dtype == torch.float16:
+        return y.half()
+    codes = y.clamp(-E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2)
+    return codes.view(torch.uint8) if cache_dtype == torch.uint8 else codes
+
+
+class Engine:
+    """A model's decode loop around one attention layer: requests, their blocks, and the
+    metadata a scheduler would build each step (padded to the graph's batch)."""
+
+    def __init__(self, device, *, kv_cache_dtype="fp8_e5m2", cache_dtype=torch.uint8, hnd=False, seed=0):
+        self.g = torch.Generator().manual_seed(seed)
+        self.device = device
+        self.num_heads, self.num_kv_heads, self.head_size, self.block_size = 8, 2, 128, 16
+        self.max_num_seqs, self.max_blocks = 8, 12  # a request holds up to 192 tokens
+        self.num_blocks = self.max_num_seqs * self.max_blocks + 3
+        self.cache_dtype = cache_dtype
+        shape = (self.num_blocks, self.block_size, self.num_kv_heads, self.head_size)
+        if hnd:  # FlashInfer's HND: [blocks, 2, heads, block_size, head_size] in memory, viewed as NHD
+            kv = torch.zeros(self.num_blocks, 2, self.num_kv_heads, self.block_size, self.head_size,
+                             dtype=cache_dtype, device=device)
+            self.kv_cache = kv.permute(1, 0, 3, 2, 4)
+        else:  # FlashAttention's [2, blocks, block_size, heads, head_size]
+            self.kv_cache = torch.zeros((2,) + shape, dtype=cache_dtype, device=device)
+        self.layer = Layer(torch.tensor(0.5, device=device), torch.tensor(2.0, device=device))
+        self.backend = VxqaDecodeBackend(self.num_heads, self.num_kv_heads, self.head_size, self.block_size,
+                                         self.max_num_seqs, self.max_blocks * self.block_size, kv_cache_dtype,
+                                         cache_dtype, torch.float16, device)
+        # Each request's blocks: a random permutation, as an allocator leaves them.
+        self.blocks = torch.randperm(self.num_blocks, generator=self.g)[: self.max_num_seqs * self.max_blocks]
+        self.blocks = self.blocks.view(self.max_num_seqs, self.max_blocks).int()
+        self.written = {}  # slot -> (K row, V row) appended there
+
+    def slot(self, req, position):
+        return int(self.blocks[req, position // self.block_size]) * self.block_size + position % self.block_size
+
+    def step_inputs(self, lengths, padded_batch, padded_tokens=None):
+        """This step's query/key/value and metadata for requests with `lengths` tokens after it
+        (the new token is number length - 1), padded to `padded_batch` rows of metadata and
+        `padded_tokens` rows of query/key/value."""
+        num_reqs, padded_tokens = len(lengths), padded_tokens or padded_batch
+        width = self.num_heads * self.head_size, self.num_kv_heads * self.head_size
+        query = torch.randn(padded_tokens, width[0], generator=self.g).half()
+        key = torch.randn(padded_tokens, width[1], generator=self.g).half()
+        value = torch.randn(padded_tokens, width[1], generator=self.g).half()
+        key[num_reqs:] = value[num_reqs:] = math.nan  # padding: must never reach the cache
+        slots = [self.slot(r, n - 1) for r, n in enumerate(lengths)] + [PAD_SLOT_ID] * (padded_batch - num_reqs)
+        table = torch.zeros(padded_batch, self.max_blocks, dtype=torch.int32)
+        table[:num_reqs] = self.blocks[:num_reqs]
+        seq_lens = torch.tensor(list(lengths) + [0] * (padded_batch - num_reqs), dtype=torch.int32)
+        for r, n in enumerate(lengths):
+            self.written[self.slot(r, n - 1)] = (key[r], value[r])
+        return query, key, value, DecodeMetadata(torch.tensor(slots, dtype=torch.long), seq_lens, table)
+
+    def check(self, query, output, metadata, errors):
+        """out against the float64 reference; the cache against the CPU encoder."""
+        torch.cuda.synchronize()
+        assert errors.item() == 0
+        key_cache, value_cache = (c.cpu() for c in self.kv_cache.unbind(0))
+        num_reqs = len(metadata.seq_lens)
+        q = query.view(-1, self.num_heads, self.head_size)[:num_reqs]
+        out = output.cpu().view(-1, self.num_heads, self.head_size)[:num_reqs]
+        ref_out, ref_lse = decode_reference(q.double(), key_cache, value_cache, metadata.block_table, metadata.seq_lens,
+                                            None, self.layer._k_scale.item(), self.layer._v_scale.item())
+        # vLLM asks for no LSE: the reference's stands in, so only out is compared.
+        assert_matches_reference(out, ref_lse, ref_out, ref_lse, value_cache, self.layer._v_scale.item(),
+                                 metadata.seq_lens)
+        slots = sorted(self.written)
+        for cache, which, scale in ((key_cache, 0, 0.5), (value_cache, 1, 2.0)):
+            rows = cache.reshape(-1, self.num_kv_heads, self.head_size).view(torch.uint8)
+            want = torch.stack([encode(self.written[s][which].view(self.num_kv_heads, -1), scale, self.cache_dtype)
+                                for s in slots])
+            assert torch.equal(rows[slots], want.view(torch.uint8)), f"cache {which}: a written row differs"
+            untouched = torch.ones(rows.shape[0], dtype=torch.bool)
+            untouched[slots] = False
+            assert rows[untouched].count_nonzero().item() == 0, f"cache {which}: a row no slot names was written"
+
+
+@pytest.mark.parametrize("hnd", [False, True], ids=["NHD", "HND view"])
+def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd):
+    engine = Engine(cuda, hnd=hnd)
+    d = lambda t: t.to(cuda)  # noqa: E731
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+
+    # Prompts already in the cache (a prefill's writes: append_kv with one slot per token).
+    prompts = [37, 1, 100, 16, 150]
+    for r, n in enumerate(prompts):
+        k = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).half()
+        v = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).half()
+        slots = torch.tensor([engine.slot(r, i) for i in range(n)])
+        vxqa_torch.append_kv(d(k), d(v), d(slots), *engine.kv_cache.unbind(0), kv_cache_dtype="fp8_e5m2",
+                             k_scale=engine.layer._k_scale, v_scale=engine.layer._v_scale, errors=errors)
+        for i, s in enumerate(slots.tolist()):
+            engine.written[s] = (k[i].flatten(), v[i].flatten())
+
+    # An eager step (vLLM's eager / piecewise mode): key/value padded to 8 rows, slot_mapping
+    # holding the 5 real tokens only.
+    lengths = [n + 1 for n in prompts]
+    query, key, value, meta = engine.step_inputs(lengths, padded_batch=5, padded_tokens=8)
+    output = torch.full_like(d(query), math.nan)
+    engine.backend.forward(engine.layer, d(query), d(key), d(value), engine.kv_cache,
+                           DecodeMetadata(d(meta.slot_mapping), d(meta.seq_lens), d(meta.block_table)), output, errors)
+    engine.check(query, output, meta, errors)
+
+    # Full CUDA graph of the padded batch of 8, captured once: its inputs are static buffers
+    # the loop refills, as vLLM's model runner does.
+    static_q = torch.zeros(8, engine.num_heads * engine.head_size, dtype=torch.half, device=cuda)
+    static_k = torch.zeros(8, engine.num_kv_heads * engine.head_size, dtype=torch.half, device=cuda)
+    static_v = torch.zeros_like(static_k)
+    static_meta = DecodeMetadata(torch.full((8,), PAD_SLOT_ID, dtype=torch.long, device=cuda),
+                                 torch.zeros(8, dtype=torch.int32, device=cuda),
+                                 torch.zeros(8, engine.max_blocks, dtype=torch.int32, device=cuda))
+    static_out = torch.zeros_like(static_q)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        engine.backend.forward(engine.layer, static_q, static_k, static_v, engine.kv_cache, static_meta, static_out,
+                               errors)
+    for step in range(6):  # the 5 requests grow by one token a step; 3 padding rows
+        lengths = [n + 1 for n in lengths]
+        query, key, value, meta = engine.step_inputs(lengths, padded_batch=8)
+        for static, new in ((static_q, query), (static_k, key), (static_v, value),
+                            (static_meta.slot_mapping, meta.slot_mapping), (static_meta.seq_lens, meta.seq_lens),
+                            (static_meta.block_table, meta.block_table)):
+            static.copy_(new)
+        static_out.fill_(math.nan)
+        graph.replay()
+        engine.check(query, static_out.cpu(), meta, errors)
+        # padding rows: length 0, so out 0 (vLLM ignores them)
+        assert static_out.view(8, engine.num_heads, -1)[5:].eq(0).all(), f"step {step}"
+
+
+def test_vllm_uint8_cache_needs_its_format_stated():
+    """vLLM allocates fp8 caches as uint8: "auto" cannot tell E5M2 from E4M3 and refuses
+    (refused before the device is asked anything, so this runs on CPU)."""
+    with pytest.raises(ValueError, match=r"^cache_dtype: a uint8 cache holds fp8 codes of an unstated format"):
+        Engine(torch.device("cpu"), kv_cache_dtype="auto")
+    with pytest.raises(ValueError, match=r"^kv_cache_dtype: \"fp8\" means E4M3 codes"):
+        Engine(torch.device("cpu"), kv_cache_dtype="fp8")
