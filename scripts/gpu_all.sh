@@ -20,7 +20,9 @@
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 #   torch-build.log torch-pytest.log torch-example.log   the torch package built for this GPU,
 #                                        its pytest suite and example (step "torch":
-#                                        scripts/torch_test.sh with python3)
+#                                        scripts/torch_test.sh with python3); torch-host.json
+#                                        torch-host.log, an eager call's host cost: plain op,
+#                                        DecodePlan, FlashInfer if carried (bench/torch_host_overhead.py)
 # Steps run in the order VXQA_STEPS names them (default "build suite sweep bench hostcost sanitize");
 # VXQA_SUITES: which GPU suites step "suite" runs ("default sm70").
 # VXQA_TARGETS: what step "build" builds (default: everything the steps use).
@@ -221,8 +223,23 @@ step_peer() {
 step_torch() {
   start=$SECONDS
   OUT="$out" PYTHON="${PYTHON:-python3}" bash scripts/torch_test.sh >"$out/torch.log" 2>&1
-  note "torch: rc $?, $((SECONDS - start)) s: $(grep -sE '^=+ .*(passed|failed|skipped|error)' "$out/torch-pytest.log" | tr '\n' ' '); $(grep -sE '^torch_gqa_layer: (passed|FAILED|no CUDA)' "$out/torch-example.log")"
+  rc=$?
+  note "torch: rc $rc, $((SECONDS - start)) s: $(grep -sE '^=+ .*(passed|failed|skipped|error)' "$out/torch-pytest.log" | tr '\n' ' '); $(grep -sE '^torch_gqa_layer: (passed|FAILED|no CUDA)' "$out/torch-example.log")"
   cat "$out/torch.log"
+  # The host cost of an eager call, with the package just installed (even if a test failed;
+  # FlashInfer's row needs its wheels in .peers/: ../shared/peers/README.md).
+  if grep -q "^torch: built and installed" "$out/torch.log"; then
+    start=$SECONDS
+    site=""
+    if ls .peers/*.whl >/dev/null 2>&1 &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/*.whl >"$out/torch-host.log" 2>&1; then
+      site=/tmp/site
+    fi
+    PYTHONPATH="$site" "${PYTHON:-python3}" bench/torch_host_overhead.py "$out/torch-host.json" --commit "$commit" \
+      >>"$out/torch-host.log" 2>&1
+    note "torch host overhead: rc $?, $((SECONDS - start)) s"
+    cat "$out/torch-host.log"
+  fi
 }
 
 for step in $steps; do
