@@ -273,12 +273,15 @@ TEST_CASE("the old bound let a dropped tile and a dropped last token pass at lon
   int pivot = 0;
   const RandomProblem p = make_problem(65536, Spread::kFlat, KvFormat::kE5M2, 3, &pivot);
   const DecodeOutput ref = decode_reference(p.inputs());
+  const double old_abs = 2e-3 * finite_v_abs_max(p);
   for (const Mutation m : {Mutation::kTile, Mutation::kLastToken}) {
     const SimulatedOutputs wrong = simulate_kernel(p, read_rows(p), 1024, m, pivot);
-    const Comparison old = compare_with_reference(ref, expect_from_lengths(p.seq_lens), p.query_heads(), p.head_dim,
-                                                  finite_v_abs_max(p), {wrong.out.data(), wrong.lse.data(), 0u}, 0u);
-    INFO(name(m) << ": old bound " << old.worst);
-    CHECK(old.ok());  // the old bound passes it
+    double old_worst = 0;  // the largest error over the old bound
+    for (size_t i = 0; i < ref.out.size(); ++i)
+      old_worst = std::max(old_worst, std::fabs(fp16_to_double(wrong.out[i]) - ref.out[i]) /
+                                          (old_abs + std::fabs(ref.out[i]) / 1024));
+    INFO(name(m) << ": old bound " << old_worst);
+    CHECK(old_worst <= 1);  // the old bound passes it
     const Comparison now = compare(p, ref, decode_error_model(p.inputs(), ref, 1024), wrong);
     CHECK_FALSE(now.ok());
   }

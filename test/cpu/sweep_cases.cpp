@@ -412,7 +412,7 @@ TEST_CASE("sweep cases: a masked tail gives NaN where it must, and the old finit
     std::vector<float> lse;
     as_outputs(pc.reference, &out, &lse);
     const Comparison right = vxqa::reference::compare_with_reference(
-        pc.reference, pc.expect, hq, D, pc.v_abs_max, KernelOutputs{out.data(), lse.data(), 0u}, pc.expected_errors);
+        pc.reference, pc.model, pc.expect, hq, D, KernelOutputs{out.data(), lse.data(), 0u}, pc.expected_errors);
     INFO(right.first);
     REQUIRE(right.ok());
     // ... and the old answer, finite at the poisoned dims, fails it there and only there.
@@ -424,7 +424,7 @@ TEST_CASE("sweep cases: a masked tail gives NaN where it must, and the old finit
     lse.clear();
     as_outputs(old_ref, &out, &lse);
     const Comparison wrong = vxqa::reference::compare_with_reference(
-        pc.reference, pc.expect, hq, D, pc.v_abs_max, KernelOutputs{out.data(), lse.data(), 0u}, pc.expected_errors);
+        pc.reference, pc.model, pc.expect, hq, D, KernelOutputs{out.data(), lse.data(), 0u}, pc.expected_errors);
     REQUIRE(wrong.mismatches == poisoned.size() * p.group);
     REQUIRE(wrong.first.find("out seq " + std::to_string(m.seq)) == 0);
   }
@@ -441,7 +441,9 @@ struct Synthetic {
   std::vector<uint16_t> out;
   std::vector<float> lse;
   uint32_t errors = 2;
-  double v_abs_max = 1.0;  // out bound: 2e-3 + |ref| / 1024
+  // Every standard deviation 2.5e-4: bounds of 2e-3 (8 of them), plus half an fp16 ulp for out.
+  vxqa::reference::ErrorModel model{std::vector<double>(24, 2.5e-4), std::vector<double>(24, 0.0),
+                                    std::vector<double>(6, 2.5e-4), std::vector<double>(6, 0.0)};
 
   Synthetic() {
     const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
@@ -454,7 +456,7 @@ struct Synthetic {
     lse = {1.5f, -3.0f, -INFINITY, -INFINITY, NAN, NAN};
   }
   Comparison compare(uint32_t expected_errors = 2) const {
-    return vxqa::reference::compare_with_reference(ref, expect, kHeads, kDim, v_abs_max,
+    return vxqa::reference::compare_with_reference(ref, model, expect, kHeads, kDim,
                                                    KernelOutputs{out.data(), lse.data(), errors},
                                                    expected_errors);
   }
@@ -494,7 +496,7 @@ TEST_CASE("comparator: right outputs pass, every kind of wrong one is flagged", 
   }
   SECTION("a value out of the bound, and one just inside it") {
     Synthetic s;
-    s.out[4] = fp16_bits(0.125 + 0.004);  // bound 2e-3 + 0.125 / 1024
+    s.out[4] = fp16_bits(0.125 + 0.004);  // bound 2e-3 + half an ulp at 0.127 (2^-14)
     const Comparison c = s.compare();
     CHECK_FALSE(c.ok());
     CHECK(c.worst > 1.0);
@@ -536,9 +538,10 @@ TEST_CASE("comparator: right outputs pass, every kind of wrong one is flagged", 
     s.lse[2] = -1e30f;
     CHECK_FALSE(s.compare().ok());
   }
-  SECTION("the LSE bound grows with |lse|") {
+  SECTION("the model's fixed part widens the bound (the LSE's grows with |lse|)") {
     Synthetic s;
     s.ref.lse[0] = 4096.0;
+    s.model.lse_fixed[0] = 4096 * 0x1p-20;
     s.lse[0] = 4096.0f + 5e-3f;  // 2e-3 + 4096 · 2^-20 ≈ 5.9e-3
     CHECK(s.compare().ok());
     s.lse[0] = 4096.0f + 8e-3f;

@@ -106,9 +106,9 @@ DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vx
   return run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.batch);
 }
 
-// Compares with the float64 reference (every sequence as given, no error bits expected);
-// returns the worst error relative to the bound. bf16 outputs are compared as the fp16
-// values they equal (exact in fp16's range), with bf16's rounding (2^-9) added to the bound.
+// Compares with the float64 reference (every sequence as given, no error bits expected),
+// within the error model's bound; returns the worst error relative to the bound. bf16
+// outputs are compared as the fp16 values they equal, with bf16's rounding in the bound.
 inline double check_against_reference(const RandomProblem& p, DecodeResult r,
                                       vxqa::ActType out_type = vxqa::ActType::kFp16) {
   namespace ref = vxqa::reference;
@@ -116,11 +116,12 @@ inline double check_against_reference(const RandomProblem& p, DecodeResult r,
   if (out_type == vxqa::ActType::kBf16) {
     for (uint16_t& bits : r.out)
       bits = ref::fp16_from_double(vxqa::detail::act_to_float<vxqa::ActType::kBf16>(bits));
-    bounds.out_rel += 1.0 / 512;
+    bounds.out_mantissa_bits = 7;
   }
+  const ref::DecodeOutput reference = ref::decode_reference(p.inputs());
   const ref::Comparison c = ref::compare_with_reference(
-      ref::decode_reference(p.inputs()), ref::expect_from_lengths(p.seq_lens), p.query_heads(),
-      p.head_dim, ref::finite_v_abs_max(p), {r.out.data(), r.lse.data(), r.errors}, 0u, bounds);
+      reference, ref::decode_error_model(p.inputs(), reference), ref::expect_from_lengths(p.seq_lens),
+      p.query_heads(), p.head_dim, {r.out.data(), r.lse.data(), r.errors}, 0u, bounds);
   INFO(c.mismatches << " mismatches; first: " << c.first);
   REQUIRE(c.ok());
   return c.worst;

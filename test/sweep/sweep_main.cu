@@ -83,12 +83,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 void print_problem(const PreparedCase& c) {
   const RandomProblem& p = c.problem;
   std::printf("  built: num_pages %d, table columns %d (stride %lld), strides page %lld token %lld "
-              "head %lld, offsets K %lld V %lld, cache %.2f MB, max|V|*v_scale %.6g, CPU %.3f s\n",
+              "head %lld, offsets K %lld V %lld, cache %.2f MB, CPU %.3f s\n",
               p.num_pages, p.max_pages, static_cast<long long>(p.table_stride),
               static_cast<long long>(p.page_stride), static_cast<long long>(p.token_stride),
               static_cast<long long>(p.head_stride), static_cast<long long>(p.k_offset),
-              static_cast<long long>(p.v_offset), double(p.cache.size()) / (1 << 20), c.v_abs_max,
-              c.prepare_seconds);
+              static_cast<long long>(p.v_offset), double(p.cache.size()) / (1 << 20), c.prepare_seconds);
   for (int b = 0; b < p.batch; ++b) {
     const int pages = (p.seq_lens[b] + p.page_size - 1) / p.page_size;
     std::printf("  seq %d: length %d", b, p.seq_lens[b]);
@@ -174,7 +173,7 @@ int main(int argc, char** argv) {
             double run_worst = 0;
             if (failure.empty()) {
               const vxqa::reference::Comparison cmp = vxqa::reference::compare_with_reference(
-                  c.reference, c.expect, c.problem.query_heads(), c.problem.head_dim, c.v_abs_max,
+                  c.reference, c.model, c.expect, c.problem.query_heads(), c.problem.head_dim,
                   {run.out.data(), run.lse.data(), run.errors}, c.expected_errors);
               if (!cmp.ok()) failure = cmp.first + " (" + std::to_string(cmp.mismatches) + " mismatches)";
               run_worst = cmp.worst;

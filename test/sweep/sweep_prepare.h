@@ -28,7 +28,7 @@ struct PreparedCase {
   DecodeOutput reference;              // of `problem`
   std::vector<Expect> expect;          // per sequence
   uint32_t expected_errors = 0;
-  double v_abs_max = 0;                // the out bound's scale
+  vxqa::reference::ErrorModel model;   // of `reference`: the comparator's bound
   double prepare_seconds = 0;
   std::string error;                   // set when building threw: the case fails with it
 };
@@ -91,7 +91,7 @@ inline void build(const SweepCase& c, PreparedCase* out) {
   for (const auto& bad : c.bad_lengths) out->expect[bad.first] = Expect::kNan;
   if (c.bad_page.seq >= 0) out->expect[c.bad_page.seq] = Expect::kNan;
   out->expected_errors = c.expected_errors();
-  out->v_abs_max = vxqa::reference::finite_v_abs_max(p);
+  out->model = vxqa::reference::decode_error_model(p.inputs(), out->reference);
 }
 
 }  // namespace detail
