@@ -111,8 +111,11 @@ inline vxqa::KvType check_cache_pair(const at::Tensor& k, const at::Tensor& v, c
   TORCH_CHECK_VALUE(v.scalar_type() == k.scalar_type(), "v_cache: dtype ", v.scalar_type(), " differs from k_cache's ",
                     k.scalar_type());
   TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v_cache: shape ", dims(v.sizes()), " differs from k_cache's ", dims(k.sizes()));
-  TORCH_CHECK_VALUE(v.strides() == k.strides(), "v_cache: strides ", dims(v.strides()), " differ from k_cache's ",
-                    dims(k.strides()), " (vxqa takes one set of cache strides)");
+  // A dimension of one row (one page, one token a page, one KV head) never uses its stride,
+  // and framework views carry any there.
+  for (int64_t d = 0; d < k.dim(); ++d)
+    TORCH_CHECK_VALUE(k.size(d) <= 1 || v.stride(d) == k.stride(d), "v_cache: strides ", dims(v.strides()),
+                      " differ from k_cache's ", dims(k.strides()), " (vxqa takes one set of cache strides)");
   return format;
 }
 

@@ -262,7 +262,17 @@ ACCEPTED = [
     ("append_kv", "no tokens", lambda a: a.update(slot_mapping=a["slot_mapping"][:0])),
     ("append_kv", "uint8 cache with kv_cache_dtype fp8_e5m2",
      lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8_e5m2"))),
+    ("decode", "one KV head: v_cache's stride there differs from k_cache's", lambda a: one_kv_head_odd_stride(a)),
+    ("append_kv", "one KV head: v_cache's stride there differs from k_cache's",
+     lambda a: (one_kv_head_odd_stride(a), a.update(key=a["key"][:, :1], value=a["value"][:, :1]))),
 ]
+
+
+def one_kv_head_odd_stride(a):
+    """Caches of one KV head whose head strides differ (a size-1 dimension: never used)."""
+    k = a["k_cache"][:, :, :1]
+    v = a["v_cache"][:, :, :1]
+    a.update(k_cache=k, v_cache=v.as_strided(v.shape, (v.stride(0), v.stride(1), 3, 1)))
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
