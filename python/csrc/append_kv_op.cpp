@@ -84,7 +84,7 @@ void append_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor&
   p.v_scale = static_cast<float>(v_scale);
   p.k_scale_ptr = k_scale_tensor ? k_scale_tensor->data_ptr<float>() : nullptr;
   p.v_scale_ptr = v_scale_tensor ? v_scale_tensor->data_ptr<float>() : nullptr;
-  // vxqa ORs AppendError bits into this word; int32 and uint32 share the bits.
+  // vxqa ORs ErrorBit bits into this word; int32 and uint32 share the bits.
   p.errors = errors ? reinterpret_cast<uint32_t*>(errors->data_ptr<int32_t>()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(device);

@@ -38,7 +38,7 @@ struct AppendKvParams {
   float k_scale = 1.f, v_scale = 1.f;
   const float* k_scale_ptr = nullptr;
   const float* v_scale_ptr = nullptr;
-  uint32_t* errors = nullptr;  // optional device word: AppendError bits are OR-ed into it
+  uint32_t* errors = nullptr;  // optional device word: ErrorBit bits are OR-ed into it
 };
 
 // Every check the host can make without touching device memory, each naming its field.

@@ -39,7 +39,7 @@ struct DecodeKernelArgs {
   float* partial_o;    // [max_batch, Hq, num_chunks, D], O of a chunk divided by its sum
   float* partial_lse;  // [max_batch, Hq, num_chunks], base-2 log-sum-exp of a chunk
   uint32_t* errors;    // ErrorBit bits of the step
-  // With several chunks: [max_batch, Hq, num_chunks] beside partial_lse, the DecodeError
+  // With several chunks: [max_batch, Hq, num_chunks] beside partial_lse, the ErrorBit
   // bits of the CTA that computed the chunk, written with its partial; the decode kernel
   // zeroes `errors` and the combine ORs these into it, so no memset comes before the step.
   // Null with one chunk: decode() zeroes `errors` and the CTAs OR into it.

@@ -19,7 +19,7 @@ struct DecodePlan {
 
 // Workspace: [error word, padded to 256 B][partial LSE][CTA error words][partial O], each
 // area padded to 256 B. With several chunks there is one slot a (sequence, query head,
-// chunk): its partial LSE, the DecodeError bits of the CTA that computed it (the combine ORs
+// chunk): its partial LSE, the ErrorBit bits of the CTA that computed it (the combine ORs
 // them into the error word, so that the step needs no memset before it) and its partial O.
 // One chunk: only the error word.
 struct WorkspaceLayout {
