@@ -23,7 +23,8 @@
 #                                        scripts/torch_test.sh with python3); torch-host.json
 #                                        torch-host.log, an eager call's host cost: plain op,
 #                                        DecodePlan, FlashInfer if carried (bench/torch_host_overhead.py)
-# Steps run in the order VXQA_STEPS names them (default "build suite sweep bench hostcost sanitize");
+# Steps run in the order VXQA_STEPS names them (default "build suite sweep torch bench hostcost
+# sanitize": every GPU test binary and tag runs, the torch tests included);
 # VXQA_SUITES: which GPU suites step "suite" runs ("default sm70").
 # VXQA_TARGETS: what step "build" builds (default: everything the steps use).
 # VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
@@ -39,7 +40,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
-steps="${VXQA_STEPS:-build suite sweep bench hostcost sanitize}"
+steps="${VXQA_STEPS:-build suite sweep torch bench hostcost sanitize}"
 deadline=$((SECONDS + ${VXQA_DEADLINE:-100000}))  # sanitizer runs stop starting past it
 seeds="${SWEEP_SEEDS:-10000}"
 commit="${VXQA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
