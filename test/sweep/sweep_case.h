@@ -48,7 +48,8 @@ inline const char* tier_name(Tier t) {
   return t == Tier::kSmall ? "small" : t == Tier::kMedium ? "medium" : "long";
 }
 
-inline constexpr int kListedPageSizes[] = {1, 16, 784, 800, 1056, 1568, 1616};
+// 24 and 40: compile-time page sizes of sweep Configs that are not a multiple of 16.
+inline constexpr int kListedPageSizes[] = {1, 16, 24, 40, 784, 800, 1056, 1568, 1616};
 inline constexpr int kMaxRandomPageSize = 2048;
 inline constexpr int kMaxLength = 65536;
 inline constexpr int kMaxBatch = 32;

@@ -17,6 +17,7 @@ namespace vxqa_sweep {
 template <class... Configs>
 struct ConfigList {};
 
+using vxqa::ActType;
 using vxqa::ConvertAt;
 using vxqa::DecodeConfig;
 using vxqa::KvType;
@@ -24,23 +25,44 @@ using vxqa::KvType;
 using vxqa::MmaAtom;
 using vxqa::PageIdCheck;
 // The SM70 path forced (m8n8k4 and register-staged loads) next to the default atom, which
-// is the SM80 path where the sweep is built for sm_80 and newer.
-template <int D, KvType Kv, int Warps = 4>
-using Sm70 = DecodeConfig<D, Kv, Warps, 1, 0, ConvertAt::kConsume, PageIdCheck::kOn, MmaAtom::kSm70>;
+// is the SM80 path where the sweep is built for sm_80 and newer. Stages and ConvertAt are
+// the SM70 path's knobs.
+template <int D, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0, ConvertAt Convert = ConvertAt::kConsume,
+          ActType Qo = ActType::kFp16>
+using Sm70 = DecodeConfig<D, Kv, Warps, Stages, PageSize, Convert, PageIdCheck::kOn, MmaAtom::kSm70, 0, Qo>;
 
+// Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
+// takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
+// AsyncStages; compile-time page sizes 16 and 800 and, not multiples of 16, 24 (default
+// atom) and 40 (SM70 atom). Each line is one more decode and combine instantiation in its
+// head dim's translation unit (compile time).
 using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kE5M2, /*Warps*/ 2>,
                               DecodeConfig<64, KvType::kFp16>,
-                              Sm70<64, KvType::kE5M2>>;
+                              Sm70<64, KvType::kE5M2>,
+                              DecodeConfig<64, KvType::kE5M2, 8, 1, /*PageSize*/ 24>,
+                              Sm70<64, KvType::kFp16, /*Warps*/ 8, /*Stages*/ 2>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
-                               DecodeConfig<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish, PageIdCheck::kOn, MmaAtom::kSm70>,
+                               Sm70<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
                                DecodeConfig<128, KvType::kE5M2, 4, 1, /*PageSize*/ 16>,
                                DecodeConfig<128, KvType::kFp16>,
-                               Sm70<128, KvType::kE5M2>, Sm70<128, KvType::kFp16>>;
+                               Sm70<128, KvType::kE5M2>, Sm70<128, KvType::kFp16>,
+                               Sm70<128, KvType::kE5M2, 2, 2, /*PageSize*/ 40, ConvertAt::kPublish>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, 4, 1, /*PageSize*/ 800>,
                                DecodeConfig<256, KvType::kFp16>,
-                               Sm70<256, KvType::kE5M2>, Sm70<256, KvType::kFp16, 2>>;
+                               Sm70<256, KvType::kE5M2>, Sm70<256, KvType::kFp16, 2>,
+                               DecodeConfig<256, KvType::kE5M2, 1, 1, 0, ConvertAt::kConsume, PageIdCheck::kOn,
+                                            MmaAtom::kAuto, /*AsyncStages*/ 3>,
+                               Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>;
+
+// The plan Config makes for the case.
+template <class Config>
+vxqa::Status make_case_plan(const SweepCase& c, vxqa::DecodePlan* plan) {
+  const PlanSpec& s = c.plan;
+  return vxqa::make_decode_plan<Config>(s.max_batch, s.max_context, c.problem.kv_heads, c.problem.group,
+                                        s.sm_count, plan, s.chunk_multiple * Config::kChunkMultiple);
+}
 
 // What the sweep needs to know of a Config on the host.
 struct ConfigInfo {
@@ -48,6 +70,9 @@ struct ConfigInfo {
   int head_dim = 0;
   KvFormat format = KvFormat::kE5M2;
   int page_size = 0;  // 0: any
+  ActType qo = ActType::kFp16;
+  bool sm70_atom = false;
+  vxqa::Status (*plan)(const SweepCase&, vxqa::DecodePlan*) = nullptr;  // make_case_plan<Config>
   bool accepts(const SweepCase& c) const {
     return c.problem.head_dim == head_dim && c.problem.format == format &&
            (page_size == 0 || c.problem.page_size == page_size);
@@ -60,10 +85,15 @@ ConfigInfo config_info() {
   info.head_dim = Config::kHeadDim;
   info.format = Config::kKv == KvType::kE5M2 ? KvFormat::kE5M2 : KvFormat::kFp16;
   info.page_size = Config::kPageSize;
+  info.qo = Config::kQo;
+  info.sm70_atom = Config::kAtom == MmaAtom::kSm70;
+  info.plan = &make_case_plan<Config>;
   info.name = "D" + std::to_string(Config::kHeadDim) + " " + vxqa::KvTraits<Config::kKv>::kName +
               " W" + std::to_string(Config::kWarps) + " S" + std::to_string(Config::kStages) +
               " page " + (Config::kPageSize ? std::to_string(Config::kPageSize) : std::string("any")) +
               (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "") +
+              (Config::kAsyncStages ? " async-stages " + std::to_string(Config::kAsyncStages) : std::string()) +
+              (Config::kQo == ActType::kBf16 ? " bf16-qo" : "") +
               (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "");
   return info;
 }
@@ -73,12 +103,12 @@ std::vector<ConfigInfo> config_infos(ConfigList<Configs...>) {
   return {config_info<Configs>()...};
 }
 
-// The plan Config makes for the case.
-template <class Config>
-vxqa::Status make_case_plan(const SweepCase& c, vxqa::DecodePlan* plan) {
-  const PlanSpec& s = c.plan;
-  return vxqa::make_decode_plan<Config>(s.max_batch, s.max_context, c.problem.kv_heads, c.problem.group,
-                                        s.sm_count, plan, s.chunk_multiple * Config::kChunkMultiple);
+// Every Config of every family, in the sweep's order.
+inline std::vector<ConfigInfo> all_config_infos() {
+  std::vector<ConfigInfo> all;
+  for (const auto& family : {config_infos(D64Configs{}), config_infos(D128Configs{}), config_infos(D256Configs{})})
+    all.insert(all.end(), family.begin(), family.end());
+  return all;
 }
 
 }  // namespace vxqa_sweep
