@@ -3,8 +3,14 @@
 It gathers each sequence's pages through the block table, dequantizes them (E5M2 codes or
 fp16, times the scale) and takes the softmax in float64. A length-0 sequence gives out 0
 and lse -inf, as the kernel does.
+
+decode_error_model and error_bounds (or both at once, decode_bounds) say how far a correct
+kernel's outputs may lie from it, element by element: a port of vxqa's C++ error model
+(testing/include/vxqa/testing/error_model.h) and of compare.h's bounds, which the C++ tests
+use and python/tests/problems.py's assert_matches_reference uses likewise.
 """
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -44,3 +50,168 @@ def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=N
         out[b] = torch.einsum("hgt,thd->hgd", weights, v).reshape(q_heads, head_dim)
         lse[b] = row_lse.reshape(q_heads)
     return out, lse
+
+
+# ---- how far a correct kernel may lie from it (testing/include/vxqa/testing/error_model.h) ----
+#
+# A port of vxqa::reference::decode_error_model and of compare.h's bounds, with the same
+# formulas and constants (docs/design.md, "How the tests bound the error"): the fp16
+# rounding of each softmax weight, the fp32 score errors, the fp32 product
+# softmax_scale * k_scale * log2(e) shared by every score, the chunks' combine and the fp32
+# sums; the output's own rounding is added by error_bounds.
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+SCALE_EPS = 2.0**-22  # softmax_scale * k_scale * log2(e) rounded to fp32, twice
+OUT_MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7}
+
+
+class ErrorModel(NamedTuple):
+    """Per element, float64: the standard deviation of the random part of a correct kernel's
+    error and a bound on its correlated part. out_* [batch, num_q_heads, head_dim], lse_*
+    [batch, num_q_heads]; 0 for length-0 sequences and for rows whose max score or
+    reference lse is not finite (those follow the NaN/inf rules instead)."""
+    out_sigma: torch.Tensor
+    out_fixed: torch.Tensor
+    lse_sigma: torch.Tensor
+    lse_fixed: torch.Tensor
+
+    def select(self, index):
+        """The model of the sequences `index` picks (as out[index] picks their outputs)."""
+        return ErrorModel(*(t[index] for t in self))
+
+
+def _ilogb(a):
+    """floor(log2(a)) of positive finite float64 values, exactly (std::ilogb)."""
+    return torch.frexp(a)[1] - 1
+
+
+def _pow2(e):
+    return torch.pow(2.0, e.to(torch.float64))
+
+
+def fp16_ulp(x):
+    """One unit in the last place of the fp16 number nearest to |x| (subnormals: 2^-24)."""
+    a = x.abs()
+    return torch.where(a >= 2.0**-14, _pow2(_ilogb(a) - 10), torch.full_like(a, 2.0**-24))
+
+
+def weight_rounding_sigma(p):
+    """The standard deviation of the fp16 rounding error of weights p (<= 1); a weight below
+    2^-25 rounds to 0, its error is the weight itself."""
+    return torch.where(p < 2.0**-25, p, fp16_ulp(p) / math.sqrt(12.0))
+
+
+def half_ulp(x, mantissa_bits):
+    """Half an ulp of |x| in a float format with `mantissa_bits` and fp16's (10) or bf16's
+    range (compare.h's detail::half_ulp)."""
+    a = x.abs()
+    min_exponent = -14 if mantissa_bits == 10 else -126
+    e = torch.where(a > 0, _ilogb(torch.where(a > 0, a, 1.0)).clamp(min=min_exponent), min_exponent)
+    return 0.5 * _pow2(e - mantissa_bits)
+
+
+def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
+                       chunk_tokens=64):
+    """The error model of decode_reference(q, k_cache, v_cache, block_table, seq_lens,
+    softmax_scale, k_scale, v_scale), whose outputs are (ref_out, ref_lse): the same
+    arguments. `chunk_tokens` is the plan's chunk (0 or >= the longest sequence: one chunk,
+    no combine); 64, the finest a plan takes, serves every plan of a problem (its combine
+    term is about 1 % of the variance)."""
+    batch, q_heads, head_dim = q.shape
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+    softmax_scale = float(softmax_scale)
+    f64 = dict(dtype=torch.float64, device=q.device)
+    keys, values = dequantize(k_cache, k_scale).to(q.device), dequantize(v_cache, v_scale).to(q.device)
+    kv_heads = keys.shape[2]
+    group = q_heads // kv_heads
+    ref_out, ref_lse = ref_out.to(**f64), ref_lse.to(**f64)
+    out_sigma = torch.zeros(batch, q_heads, head_dim, **f64)
+    out_fixed = torch.zeros_like(out_sigma)
+    lse_sigma = torch.zeros(batch, q_heads, **f64)
+    lse_fixed = torch.zeros_like(lse_sigma)
+    for b, length in enumerate(seq_lens.tolist()):
+        if length <= 0:
+            continue
+        chunk = chunk_tokens if 0 < chunk_tokens < length else length
+        split = chunk < length
+        k = gather_sequence(keys, block_table[b], length)  # [t, h, d]
+        v = gather_sequence(values, block_table[b], length)
+        qb = q[b].to(**f64).reshape(kv_heads, group, head_dim)  # head h * group + g reads KV head h
+        # Scores (natural units, as the reference) and sum |q_i k_i|, [h, g, t].
+        s = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
+        s_abs = torch.einsum("hgd,thd->hgt", qb.abs(), k.abs()) * abs(softmax_scale)
+        row_max = s.amax(dim=-1)
+        lse = ref_lse[b].reshape(kv_heads, group)
+        out = ref_out[b].reshape(kv_heads, group, head_dim)
+        rows = torch.isfinite(row_max) & torch.isfinite(lse)  # the others: the NaN/inf rules
+        # Per-token weights and their error's variance e2; a weight of 0 (a -inf score, or
+        # one that underflows) has no error and takes no part (never 0 * inf).
+        shifted = s - row_max[..., None]
+        p = torch.exp(shifted)
+        live = rows[..., None] & (p != 0)
+        p = torch.where(live, p, 0.0)
+        score_error = 2.0**-22 * (s_abs + s.abs()) * LOG2E  # base-2 units
+        rounding = weight_rounding_sigma(p)
+        e2 = torch.where(live, rounding**2 + p**2 * (LN2**2 * score_error**2 / 3 + 2.0**-44), 0.0)
+        shift_w = torch.where(live, p * shifted * LOG2E, 0.0)
+        l = p.sum(-1)
+        l_safe = torch.where(rows, l, 1.0)
+        max2 = row_max.abs() * LOG2E
+        chunk_eps = 2.0**-21 * (max2 + 24)  # a chunk weight's relative fp32 error
+        row_lse_sigma = e2.sum(-1).sqrt() / l_safe
+        row_lse_fixed = (LN2 * SCALE_EPS * (shift_w.sum(-1).abs() / l_safe + max2) + 2.0**-20 * (lse.abs() + 1)
+                         + (chunk_eps if split else 0.0))
+        # Per dim: sum e2 (v - out)^2, the scale's shared shift, sum p |v - out|, and the
+        # chunks' sums sum_{j in c} p (v - out); over blocks of whole chunks, to bound memory.
+        var = torch.zeros(kv_heads, group, head_dim, **f64)
+        shift, spread, chunk_var = torch.zeros_like(var), torch.zeros_like(var), torch.zeros_like(var)
+        block = chunk * max(1, 4096 // chunk)
+        for t0 in range(0, length, block):
+            t1 = min(length, t0 + block)
+            live_t = live[..., t0:t1, None]
+            dv = torch.where(live_t, v[t0:t1].permute(1, 0, 2)[:, None] - out[:, :, None], 0.0)  # [h, g, t, d]
+            var += torch.einsum("hgt,hgtd->hgd", e2[..., t0:t1], dv * dv)
+            shift += torch.einsum("hgt,hgtd->hgd", shift_w[..., t0:t1], dv)
+            spread += torch.einsum("hgt,hgtd->hgd", p[..., t0:t1], dv.abs())
+            if split:
+                pdv = p[..., t0:t1, None] * dv
+                pad = (-(t1 - t0)) % chunk
+                if pad:
+                    pdv = torch.cat([pdv, pdv.new_zeros(kv_heads, group, pad, head_dim)], dim=2)
+                sums = pdv.reshape(kv_heads, group, -1, chunk, head_dim).sum(dim=3)
+                chunk_var += (sums * sums).sum(dim=2)
+        combine_var = chunk_eps[..., None] ** 2 / 3 * chunk_var if split else 0.0
+        row_out_sigma = (var + combine_var).sqrt() / l_safe[..., None]
+        row_out_fixed = (LN2 * SCALE_EPS * shift.abs() + 2.0**-22 * spread) / l_safe[..., None]
+        out_sigma[b] = torch.where(rows[..., None], row_out_sigma, 0.0).reshape(q_heads, head_dim)
+        out_fixed[b] = torch.where(rows[..., None], row_out_fixed, 0.0).reshape(q_heads, head_dim)
+        lse_sigma[b] = torch.where(rows, row_lse_sigma, 0.0).reshape(q_heads)
+        lse_fixed[b] = torch.where(rows, row_lse_fixed, 0.0).reshape(q_heads)
+    return ErrorModel(out_sigma, out_fixed, lse_sigma, lse_fixed)
+
+
+def error_bounds(model, ref_out, out_dtype, sigmas=8.0):
+    """(out_bound, lse_bound), per element, as compare.h's compare_with_reference takes them
+    (CompareBounds: `sigmas` standard deviations; the output's mantissa by out_dtype):
+      out: sigmas * sigma + fixed + half an ulp of out_dtype at |ref| + sigmas * sigma + fixed
+           (+ 2^-25 for bf16: compare.h compares bf16 outputs as the fp16 values they equal)
+      lse: sigmas * sigma + fixed
+    A finite reference element must be within its bound; the NaN/inf rules are the caller's."""
+    if out_dtype not in OUT_MANTISSA_BITS:
+        raise ValueError(f"out_dtype: {out_dtype} is not an output type of vxqa (float16, bfloat16)")
+    bits = OUT_MANTISSA_BITS[out_dtype]
+    conversion = 0.0 if bits == 10 else 2.0**-25
+    error = sigmas * model.out_sigma + model.out_fixed
+    out_bound = error + half_ulp(ref_out.to(error.device, torch.float64).abs() + error, bits) + conversion
+    return out_bound, sigmas * model.lse_sigma + model.lse_fixed
+
+
+def decode_bounds(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
+                  out_dtype, sigmas=8.0, chunk_tokens=64):
+    """(out_bound, lse_bound) per element for the outputs (ref_out, ref_lse) of
+    decode_reference with the same arguments, for a kernel writing out_dtype."""
+    model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out,
+                               ref_lse, chunk_tokens)
+    return error_bounds(model, ref_out, out_dtype, sigmas)
