@@ -1,14 +1,20 @@
-// The sweep's cases (test/sweep/sweep_case.h, sweep_prepare.h) and the comparator it and the
-// GPU tests share (vxqa/testing/compare.h), on the CPU: cases are the same for the same seed,
-// 10,000 seeds reach every class, page size and edge (masked chunks with NaN/inf V under
-// them beside a live chunk, on Configs of both atoms, among them), each case keeps to its
-// CPU budget and workspace, built cases are decode steps that validate() accepts, masked
-// tails give NaN exactly where they must and the comparator refuses what the kernels gave
-// before fc1accf, and the comparator flags every kind of wrong output.
+// The sweep's cases (test/sweep/sweep_case.h, sweep_prepare.h, sweep_seeds.h) and the
+// comparator it and the GPU tests share (vxqa/testing/compare.h), on the CPU: cases are the
+// same for the same seed, and a seed base draws other cases; 10,000 seeds reach every class,
+// page size and edge (masked chunks with NaN/inf V under them beside a live chunk, on
+// Configs of both atoms, among them), every Config, q/out strides and offsets, bf16 q/out,
+// device scales and graph replays, groups of three M tiles and compile-time page sizes that
+// are not multiples of 16, each case within its CPU budget and workspace; built cases are
+// decode steps that validate() accepts with their strides, types and scale pointers, q is
+// laid out and out gathered exactly, bf16 q holds the values the reference takes; the smoke's
+// 50 seeds cover every Config and a merge of more than 32 chunks; masked tails give NaN
+// exactly where they must and the comparator refuses what the kernels gave before fc1accf,
+// and the comparator flags every kind of wrong output.
 #include <catch2/catch.hpp>
 
 #include "sweep/sweep_configs.h"
 #include "sweep/sweep_prepare.h"
+#include "sweep/sweep_seeds.h"
 
 #include <vxqa/api/validate.cuh>
 #include <vxqa/testing/compare.h>
@@ -30,12 +36,7 @@ namespace {
 
 constexpr uint64_t kSeeds = 10000;
 
-std::vector<ConfigInfo> all_configs() {
-  std::vector<ConfigInfo> all;
-  for (const auto& family : {config_infos(D64Configs{}), config_infos(D128Configs{}), config_infos(D256Configs{})})
-    all.insert(all.end(), family.begin(), family.end());
-  return all;
-}
+std::vector<ConfigInfo> all_configs() { return all_config_infos(); }
 
 // Calls f(Tag<Config>{}) for every Config of every family.
 template <class Config>
@@ -136,6 +137,30 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     for (const ConfigInfo& info : configs)
       if (info.accepts(c)) ++accepted, saw("config " + info.name);
     REQUIRE(accepted >= 1);
+    for (const std::string& item : coverage_items(c, configs)) saw(item);
+
+    // q and out: rows of D elements that never overlap, inside their buffers, q's 16-byte
+    // aligned; strides as validate() wants them where a dimension has more than one row.
+    const IoLayout& io = c.io;
+    const int heads = c.query_heads(), dim = o.head_dim;
+    REQUIRE(io.q_offset % 8 == 0);
+    REQUIRE((io.out_offset >= 0 && io.out_offset < 8));
+    if (heads > 1) REQUIRE(io.q_head_stride % 8 == 0);
+    if (o.batch > 1) REQUIRE(io.q_batch_stride % 8 == 0);
+    {
+      std::vector<int64_t> q_rows, out_rows;
+      for (int b = 0; b < o.batch; ++b)
+        for (int h = 0; h < heads; ++h) q_rows.push_back(io.q_row(b, h)), out_rows.push_back(io.out_row(b, h));
+      for (auto* rows : {&q_rows, &out_rows}) {
+        std::sort(rows->begin(), rows->end());
+        REQUIRE(rows->front() >= 0);
+        for (size_t i = 1; i < rows->size(); ++i) REQUIRE((*rows)[i] - (*rows)[i - 1] >= dim);
+      }
+      REQUIRE(q_rows.back() + dim + kIoTail == io.q_elements);
+      REQUIRE(out_rows.back() + dim + kIoTail == io.out_elements);
+    }
+    if (io_contiguous(c)) saw("q/out contiguous");
+    if (io.out_head_stride % 2 || io.out_batch_stride % 2) saw("odd out stride");
 
     // The class's own draws are live, used or bad as they must be.
     for (const Injection& in : c.injections) {
@@ -201,7 +226,8 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     if (std::find(std::begin(kListedPageSizes), std::end(kListedPageSizes), o.page_size) ==
         std::end(kListedPageSizes))
       saw("page unlisted");
-    if (o.group == 1 || o.group == 16 || o.group == kMaxGroup || o.group == 9) saw("group " + std::to_string(o.group));
+    if (o.group == 1 || o.group == 16 || o.group == 17 || o.group == kMaxGroup || o.group == 9)
+      saw("group " + std::to_string(o.group));
     if (o.kv_heads == 1 || o.kv_heads == kMaxKvHeads) saw("kv heads " + std::to_string(o.kv_heads));
     if (o.batch == 1 || o.batch == kMaxBatch) saw("batch " + std::to_string(o.batch));
     if (o.shared_prefix_pages) saw("shared prefix");
@@ -234,8 +260,10 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     for (const char* l : {"packed", "vllm", "strided"}) w.push_back(std::string("layout ") + l);
     for (char t : std::string("qkv"))
       for (int v = 0; v < 3; ++v) w.push_back(std::string("inject ") + t + " " + std::to_string(v));
+    for (const std::string& item : smoke_required(configs)) w.push_back(item);
     for (const char* s :
-         {"page unlisted", "group 1", "group 9", "group 16", "kv heads 1", "kv heads 8", "batch 1", "batch 32",
+         {"page unlisted", "group 1", "group 9", "group 16", "group 17", "group 24", "kv heads 1", "kv heads 8",
+          "batch 1", "batch 32",
           "shared prefix", "plan explicit", "plan auto", "plan max_batch above batch",
           "plan max_context above longest", "one chunk", "plan chunk of half SM70 rounds", "flat scores",
           "peaked scores", "small scale",
@@ -243,7 +271,8 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
           "length page+1", "length > 60000", "inf meets 0 at q", "inf meets 0 at k", "bad page -1",
           "bad page 2147483647", "bad page -2147483648", "bad page 50000000", "bad page num_pages + 0",
           "bad page num_pages + k", "bad length < 0", "bad length > max_context", "masked tail",
-          "masked tail V 0", "masked tail V 1", "masked tail V 2"})
+          "masked tail V 0", "masked tail V 1", "masked tail V 2", "q/out contiguous", "q/out padded or offset",
+          "odd out stride", "q of bf16 values", "graph replay"})
       w.push_back(s);
     return w;
   }();
@@ -260,6 +289,33 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
   CHECK(seen["masked tail"] > 200);
   CHECK(seen["masked chunk, default atom"] > 100);
   CHECK(seen["masked chunk, sm70 atom"] > 80);
+  // Each Config many times over; the new axes on a good share of the cases.
+  for (const ConfigInfo& info : configs) {
+    INFO(info.name << ": " << seen["config " + info.name]);
+    CHECK(seen["config " + info.name] > 60);
+  }
+  for (const auto& [item, at_least] : std::vector<std::pair<std::string, int>>{
+           {"q/out contiguous", 2000},
+           {"q/out padded or offset", 5000},
+           {"q/out head-major", 2000},
+           {"out rows not 4-byte aligned", 3000},
+           {"odd out stride", 2000},
+           {"one-row dimension with a junk stride", 300},
+           {"q of bf16 values", 3000},
+           {"bf16 q/out, default atom", 600},
+           {"bf16 q/out, sm70 atom", 250},
+           {"k scale on device", 3000},
+           {"v scale on device", 3000},
+           {"graph replay", 1500},
+           {"graph replay, device scales", 700},
+           {"group > 16 (three M tiles)", 2000},
+           {"compile-time page not a multiple of 16, default atom", 60},
+           {"compile-time page not a multiple of 16, sm70 atom", 60},
+           {"more than 32 chunks merged, default atom", 250},
+           {"more than 32 chunks merged, sm70 atom", 250}}) {
+    INFO(item << ": " << seen[item]);
+    CHECK(seen[item] >= at_least);
+  }
 }
 
 TEST_CASE("sweep cases: every Config that accepts a case plans it within the workspace cap",
@@ -320,18 +376,52 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
       for (double x : pc.reference.out) REQUIRE(std::isfinite(x));
     }
 
-    // validate() takes it for every Config that accepts it, and, given the lengths the
-    // device reads, refuses exactly the bad-length cases.
+    // q as the device gets it: the problem's rows in the case's layout, NaN around them;
+    // for bf16 q the same values as bf16 bits.
+    REQUIRE(pc.device_q.size() == size_t(c.io.q_elements));
+    REQUIRE(pc.device_q_bf16.size() == (c.bf16_q ? size_t(c.io.q_elements) : 0u));
+    {
+      const int heads = p.query_heads(), D = p.head_dim;
+      size_t in_rows = 0;
+      for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < heads; ++h)
+          for (int d = 0; d < D; ++d) {
+            const size_t at = size_t(c.io.q_row(b, h) + d), i = (size_t(b) * heads + h) * D + d;
+            REQUIRE(pc.device_q[at] == p.q[i]);
+            if (c.bf16_q) {
+              const float value = vxqa::detail::act_to_float<vxqa::ActType::kBf16>(pc.device_q_bf16[at]);
+              REQUIRE(vxqa::reference::fp16_from_double(value) == p.q[i]);
+            }
+            ++in_rows;
+          }
+      size_t gaps = 0;
+      for (uint16_t x : pc.device_q) gaps += x == kQGap;
+      REQUIRE(gaps >= pc.device_q.size() - in_rows);
+    }
+
+    // validate() takes it, with its strides, q/out type and device scales, for every Config
+    // that accepts it, and, given the lengths the device reads, refuses exactly the
+    // bad-length cases.
     for_every_config([&](auto tag) {
       using Config = typename decltype(tag)::type;
       if (!config_info<Config>().accepts(c)) return;
       vxqa::DecodePlan plan;
       REQUIRE(make_case_plan<Config>(c, &plan).ok());
       auto fake = [](uintptr_t address) { return reinterpret_cast<void*>(address); };
-      const vxqa::DecodeParams params = vxqa::problem_params(
-          p, {fake(1ull << 32), fake(2ull << 32), static_cast<const int32_t*>(fake(3ull << 32)),
-              static_cast<const int32_t*>(fake(4ull << 32)), fake(5ull << 32),
-              static_cast<float*>(fake(6ull << 32))});
+      CaseBuffers buffers;
+      buffers.cache = fake(1ull << 32);
+      buffers.q = fake(2ull << 32);
+      buffers.block_table = static_cast<const int32_t*>(fake(3ull << 32));
+      buffers.seq_lens = static_cast<const int32_t*>(fake(4ull << 32));
+      buffers.out = fake(5ull << 32);
+      buffers.lse = static_cast<float*>(fake(6ull << 32));
+      buffers.scales = static_cast<const float*>(fake(8ull << 32));
+      const vxqa::DecodeParams params = case_params(pc, buffers, Config::kQo);
+      REQUIRE(params.qo_type == Config::kQo);
+      REQUIRE((params.k_scale_ptr != nullptr) == c.k_scale_on_device);
+      REQUIRE((params.v_scale_ptr != nullptr) == c.v_scale_on_device);
+      if (c.k_scale_on_device) REQUIRE(std::isnan(params.k_scale));  // must be ignored
+      if (c.v_scale_on_device) REQUIRE(std::isnan(params.v_scale));
       const vxqa::Status s = vxqa::validate<Config>(params, plan, fake(7ull << 32), plan.workspace_bytes);
       INFO(config_info<Config>().name << ": " << s.message());
       REQUIRE(s.ok());
@@ -547,4 +637,179 @@ TEST_CASE("comparator: right outputs pass, every kind of wrong one is flagged", 
     s.lse[0] = 4096.0f + 8e-3f;
     CHECK_FALSE(s.compare().ok());
   }
+}
+
+TEST_CASE("sweep seeds: base 0 is the seeds themselves, another base other cases, replayable",
+          "[sweep_cases]") {
+  CHECK(case_seed(0, 0) == 0u);
+  CHECK(case_seed(0, 9999) == 9999u);
+  const uint64_t base = 1767225600;  // a `date +%s`
+  const uint64_t seed = case_seed(base, 1234);
+  CHECK(seed == (base << 32) + 1234);
+  CHECK(seed_base(seed) == base);
+  CHECK(seed_index(seed) == 1234u);
+  CHECK(case_seed(kMaxSeedBase, kMaxSeedIndex - 1) == ~uint64_t(0));
+  CHECK(replay_command("vxqa_sweep", seed) == "vxqa_sweep --seed-base 1767225600 --replay 1234");
+  CHECK(replay_command("./vxqa_sweep", 42) == "./vxqa_sweep --seed-base 0 --replay 42");
+  // Other cases, and the seed they name is theirs.
+  int differ = 0;
+  for (uint64_t i = 0; i < 100; ++i) {
+    const SweepCase fresh = draw_case(case_seed(base, i));
+    CHECK(fresh.seed == case_seed(base, i));
+    differ += summary(fresh) != summary(draw_case(i));
+    REQUIRE(describe(fresh) == describe(draw_case(case_seed(base, i))));
+  }
+  CHECK(differ == 100);
+}
+
+TEST_CASE("sweep io: q rows scattered and out rows gathered exactly, writes outside out's rows counted",
+          "[sweep_cases]") {
+  int checked = 0;
+  for (uint64_t seed = 0; checked < 200 && seed < kSeeds; ++seed) {
+    const SweepCase c = draw_case(seed);
+    if (c.query_heads() * c.problem.batch > 64) continue;
+    ++checked;
+    const IoLayout& io = c.io;
+    const int batch = c.problem.batch, heads = c.query_heads(), dim = c.problem.head_dim;
+    INFO(describe(c));
+    // Rows of varied values, each exact in bf16 (integers in [-125, 125]; fp16 too).
+    std::vector<uint16_t> rows(size_t(batch) * heads * dim);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = vxqa::reference::fp16_from_double(double(i % 251) - 125);
+    const std::vector<uint16_t> q = detail::scatter_q(rows, io, batch, heads, dim);
+    REQUIRE(q.size() == size_t(io.q_elements));
+    // The kernels' writes: each row at its place in a poisoned out buffer.
+    std::vector<uint16_t> out(size_t(io.out_elements), kOutPoison);
+    std::vector<uint16_t> bf16_out = out;
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < heads; ++h)
+        for (int d = 0; d < dim; ++d) {
+          const size_t i = (size_t(b) * heads + h) * dim + d;
+          REQUIRE(q[size_t(io.q_row(b, h) + d)] == rows[i]);
+          out[size_t(io.out_row(b, h) + d)] = rows[i];
+          bf16_out[size_t(io.out_row(b, h) + d)] = vxqa::detail::float_to_act<vxqa::ActType::kBf16>(
+              float(vxqa::reference::fp16_to_double(rows[i])));
+        }
+    GatheredOut g = gather_out(out, io, batch, heads, dim, vxqa::ActType::kFp16);
+    REQUIRE(g.rows == rows);
+    REQUIRE(g.stray == 0u);
+    // bf16 outputs come back as the fp16 bits of their values (these are exact in bf16).
+    g = gather_out(bf16_out, io, batch, heads, dim, vxqa::ActType::kBf16);
+    REQUIRE(g.rows == rows);
+    REQUIRE(g.stray == 0u);
+    // A write in the tail, and one between rows where there is padding.
+    out.back() = 0;
+    g = gather_out(out, io, batch, heads, dim, vxqa::ActType::kFp16);
+    CHECK(g.stray == 1u);
+    CHECK(g.first_stray == io.out_elements - 1);
+    if (io.out_offset > 0) {
+      out[0] = 0;
+      g = gather_out(out, io, batch, heads, dim, vxqa::ActType::kFp16);
+      CHECK(g.stray == 2u);
+      CHECK(g.first_stray == 0);
+    }
+  }
+  CHECK(checked == 200);
+}
+
+// bf16 q/out: the reference takes q's bf16 values; outputs rounded to bf16 pass under the
+// bf16 bound (7 mantissa bits) and not, somewhere, under fp16's, so the bound is the one
+// that lets them through.
+TEST_CASE("sweep bf16: q holds bf16 values, bf16 outputs pass under the bf16 bound only", "[sweep_cases]") {
+  int built = 0, failed_as_fp16 = 0;
+  for (uint64_t seed = 0; built < 20 && seed < kSeeds; ++seed) {
+    const SweepCase spec = draw_case(seed);
+    if (!spec.bf16_q || spec.cls != CaseClass::kFinite || estimate_cpu_ns(spec) > 3e6) continue;
+    ++built;
+    const PreparedCase pc = prepare_case(seed);
+    INFO(describe(pc.spec));
+    REQUIRE(pc.error.empty());
+    for (uint16_t x : pc.problem.q) {
+      const double v = vxqa::reference::fp16_to_double(x);
+      const uint16_t bf = vxqa::detail::float_to_act<vxqa::ActType::kBf16>(float(v));
+      REQUIRE(vxqa::reference::fp16_from_double(vxqa::detail::act_to_float<vxqa::ActType::kBf16>(bf)) == x);
+    }
+    // The reference rounded to bf16, laid out as the case's out and gathered back.
+    const IoLayout& io = pc.spec.io;
+    const int batch = pc.problem.batch, heads = pc.problem.query_heads(), dim = pc.problem.head_dim;
+    std::vector<uint16_t> out(size_t(io.out_elements), kOutPoison);
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < heads; ++h)
+        for (int d = 0; d < dim; ++d)
+          out[size_t(io.out_row(b, h) + d)] = vxqa::detail::float_to_act<vxqa::ActType::kBf16>(
+              float(pc.reference.out[(size_t(b) * heads + h) * dim + d]));
+    const GatheredOut g = gather_out(out, io, batch, heads, dim, vxqa::ActType::kBf16);
+    REQUIRE(g.stray == 0u);
+    std::vector<float> lse;
+    for (double x : pc.reference.lse) lse.push_back(float(x));
+    const KernelOutputs ours{g.rows.data(), lse.data(), 0u};
+    const Comparison as_bf16 = vxqa::reference::compare_with_reference(
+        pc.reference, pc.model, pc.expect, heads, dim, ours, pc.expected_errors, compare_bounds(vxqa::ActType::kBf16));
+    INFO(as_bf16.first);
+    REQUIRE(as_bf16.ok());
+    failed_as_fp16 += !vxqa::reference::compare_with_reference(pc.reference, pc.model, pc.expect, heads, dim, ours,
+                                                               pc.expected_errors, compare_bounds(vxqa::ActType::kFp16))
+                           .ok();
+  }
+  CHECK(built == 20);
+  CHECK(failed_as_fp16 > 10);
+}
+
+// The smoke (vxqa_sweep --smoke, ctest gpu.sweep_smoke): 50 cheap seeds of base 0 whose
+// cases, together, run every Config and merge more than 32 chunks on each atom, checked here
+// apart from coverage_items (plans made with each Config's own make_case_plan).
+TEST_CASE("sweep smoke: 50 cheap seeds cover every Config and a merge of more than 32 chunks",
+          "[sweep_cases]") {
+  const std::vector<ConfigInfo> configs = all_configs();
+  std::set<std::string> names;
+  for (const ConfigInfo& info : configs) names.insert(info.name);
+  REQUIRE(names.size() == configs.size());  // each Config's line in the logs is its own
+
+  const Smoke smoke = smoke_seeds(configs);
+  INFO("missing: " << (smoke.missing.empty() ? std::string("none") : smoke.missing.front()));
+  REQUIRE(smoke.missing.empty());
+  REQUIRE(smoke.seeds.size() == size_t(kSmokeSeeds));
+  REQUIRE(std::is_sorted(smoke.seeds.begin(), smoke.seeds.end()));
+  REQUIRE(std::adjacent_find(smoke.seeds.begin(), smoke.seeds.end()) == smoke.seeds.end());
+  REQUIRE(smoke_seeds(configs).seeds == smoke.seeds);  // the same every run
+
+  std::set<std::string> covered;
+  std::vector<int> runs(configs.size());
+  int many_chunks[2] = {0, 0};  // default atom, sm70 atom
+  double cpu_ns = 0;
+  for (uint64_t seed : smoke.seeds) {
+    REQUIRE(seed_base(seed) == 0u);
+    const SweepCase c = draw_case(seed);
+    INFO(describe(c));
+    REQUIRE(estimate_cpu_ns(c) <= kSmokeMaxCpuNs);
+    cpu_ns += estimate_cpu_ns(c);
+    for (const std::string& item : coverage_items(c, configs)) covered.insert(item);
+    int index = 0;
+    for_every_config([&](auto tag) {
+      using Config = typename decltype(tag)::type;
+      const int i = index++;
+      if (!config_info<Config>().accepts(c)) return;
+      ++runs[i];
+      vxqa::DecodePlan plan;
+      REQUIRE(make_case_plan<Config>(c, &plan).ok());
+      if (plan.num_chunks <= 32 || vxqa::combine_slice_dims(plan.num_chunks) != 16) return;
+      for (int b = 0; b < c.problem.batch; ++b)
+        if (c.device_lens()[b] == c.problem.seq_lens[b] && b != c.bad_page.seq &&
+            c.problem.seq_lens[b] > 32 * plan.chunk_tokens) {
+          ++many_chunks[Config::kAtom == vxqa::MmaAtom::kSm70];
+          break;
+        }
+    });
+  }
+  for (size_t i = 0; i < configs.size(); ++i) {
+    INFO(configs[i].name);
+    CHECK(runs[i] >= 1);
+  }
+  CHECK(many_chunks[0] >= 1);
+  CHECK(many_chunks[1] >= 1);
+  for (const std::string& item : smoke_required(configs)) {
+    INFO(item);
+    CHECK(covered.count(item) == 1);
+  }
+  // Cheap: under 2 s of CPU to build all of them on the 2-core CI machine's estimate.
+  CHECK(cpu_ns < 2e9);
 }

@@ -1,7 +1,8 @@
 // The sweep's cases: one seed gives one decode step drawn over every axis the kernels have
 // (head dim, group, KV heads, batch, page size, lengths, cache type and layout, scales, how
-// peaked the scores are, shared prefix pages, plan) and a class (finite, non-finite inputs,
-// a bad page id, bad lengths). Non-finite cases either inject NaN/inf into q, K or V, or
+// peaked the scores are, shared prefix pages, plan; q and out strides, bf16 q/out, device
+// scales, CUDA-graph replay) and a class (finite, non-finite inputs, a bad page id, bad
+// lengths). Non-finite cases either inject NaN/inf into q, K or V, or
 // mask the tail of a sequence (MaskedTail: chunks whose live scores are all -inf, with NaN
 // or inf V under them, beside a live chunk). A case is a small description;
 // sweep_prepare.h builds it.
@@ -112,6 +113,25 @@ struct MaskedTail {
   std::vector<VPoison> v;
 };
 
+// q and out as the device gets them; the reference's are contiguous [B, Hq, D]. Strides and
+// offsets in elements. q rows start 16-byte aligned (strides and offset multiples of 8);
+// out rows may start anywhere 2-byte aligned (out is written 2 bytes at a time where a
+// row is not 4-byte aligned). Rows are ordered [B, Hq] or, head-major, [Hq, B], each level
+// padded; the stride of a dimension of one row is never used and may be anything
+// (kJunkStrides, as framework views of size-1 dimensions carry). The buffers end with
+// kIoTail elements past the last row, so a write past a row shows.
+inline constexpr int64_t kIoTail = 8;
+inline constexpr int64_t kJunkStrides[] = {0, 1, 3, -5, 1 << 20};
+struct IoLayout {
+  bool head_major = false;
+  int64_t q_head_stride = 0, q_batch_stride = 0, q_offset = 0;
+  int64_t out_head_stride = 0, out_batch_stride = 0, out_offset = 0;
+  int64_t q_elements = 0, out_elements = 0;  // buffer sizes
+  // Where row (b, h) starts. The product with a one-row dimension's index (0) is 0.
+  int64_t q_row(int b, int h) const { return q_offset + b * q_batch_stride + h * q_head_stride; }
+  int64_t out_row(int b, int h) const { return out_offset + b * out_batch_stride + h * out_head_stride; }
+};
+
 struct SweepCase {
   uint64_t seed = 0;
   CaseClass cls = CaseClass::kFinite;
@@ -125,6 +145,17 @@ struct SweepCase {
   MaskedTail masked;                              // kNonFinite (or injections)
   BadPage bad_page;                               // kBadPage
   std::vector<std::pair<int, int32_t>> bad_lengths;  // kBadLength: (seq, length the device reads)
+  IoLayout io;
+  // q holds bf16 values (rounded; the reference takes them): Configs built for bf16 q/out
+  // take this case with bf16 q and out, the others with the same values in fp16.
+  bool bf16_q = false;
+  // The K and V scales as device fp32 scalars (k_scale_ptr / v_scale_ptr), with NaN as the
+  // host values the kernels must then ignore.
+  bool k_scale_on_device = false, v_scale_on_device = false;
+  // Each Config also runs the case from a captured CUDA graph, which must give the eager
+  // run's bits; device scales hold other values while it is captured and the case's before
+  // it is replayed.
+  bool graph = false;
 
   int query_heads() const { return problem.kv_heads * problem.group; }
   int longest() const {
@@ -368,6 +399,43 @@ inline int32_t draw_bad_length(CaseRng& r, int max_context) {
   }
 }
 
+inline int64_t junk_stride(CaseRng& r) { return r.pick(kJunkStrides); }
+
+// One past the last element of rows of `d` elements at offset + b·batch_stride + h·head_stride.
+inline int64_t rows_end(int64_t offset, int64_t batch_stride, int batch, int64_t head_stride, int heads, int d) {
+  return offset + (batch - 1) * batch_stride + (heads - 1) * head_stride + d;
+}
+
+// q and out: contiguous a third of the time, else padded rows in either order, q's padding
+// in 16-byte steps, out's in elements (odd strides and offsets included).
+inline IoLayout draw_io(CaseRng& r, const SweepCase& c) {
+  const RandomProblemOptions& o = c.problem;
+  const int batch = o.batch, heads = c.query_heads(), dim = o.head_dim;
+  IoLayout io;
+  io.q_head_stride = io.out_head_stride = dim;
+  io.q_batch_stride = io.out_batch_stride = int64_t(heads) * dim;
+  if (!r.chance(33)) {
+    io.head_major = r.chance(40);
+    const int inner_rows = io.head_major ? batch : heads;
+    const int64_t q_inner = dim + 8 * r.in(0, 2), out_inner = dim + (r.chance(60) ? r.in(1, 9) : 0);
+    const int64_t q_outer = q_inner * inner_rows + 8 * r.in(0, 2), out_outer = out_inner * inner_rows + r.in(0, 9);
+    io.q_head_stride = io.head_major ? q_outer : q_inner;
+    io.q_batch_stride = io.head_major ? q_inner : q_outer;
+    io.out_head_stride = io.head_major ? out_outer : out_inner;
+    io.out_batch_stride = io.head_major ? out_inner : out_outer;
+    io.q_offset = 8 * r.in(0, 3);
+    io.out_offset = r.in(0, 7);
+  }
+  if (batch == 1 && r.chance(50)) io.q_batch_stride = junk_stride(r), io.out_batch_stride = junk_stride(r);
+  if (heads == 1 && r.chance(50)) io.q_head_stride = junk_stride(r), io.out_head_stride = junk_stride(r);
+  auto used = [](int rows, int64_t stride) { return rows > 1 ? stride : 0; };
+  io.q_elements = rows_end(io.q_offset, used(batch, io.q_batch_stride), batch, used(heads, io.q_head_stride), heads,
+                           dim) + kIoTail;
+  io.out_elements = rows_end(io.out_offset, used(batch, io.out_batch_stride), batch,
+                             used(heads, io.out_head_stride), heads, dim) + kIoTail;
+  return io;
+}
+
 }  // namespace detail
 
 // Same seed, same case.
@@ -460,6 +528,13 @@ inline SweepCase draw_case(uint64_t seed) {
       break;
     }
   }
+
+  // How the step reaches the kernels (drawn last: the draws above are what they were).
+  c.io = detail::draw_io(r, c);
+  c.bf16_q = r.chance(35);
+  c.k_scale_on_device = r.chance(35);
+  c.v_scale_on_device = r.chance(35);
+  c.graph = r.chance(20);
   return c;
 }
 
@@ -479,20 +554,42 @@ inline std::string plan_words(const PlanSpec& p) {
   return text;
 }
 
+// Whether q and out are contiguous [B, Hq, D] rows at offset 0.
+inline bool io_contiguous(const SweepCase& c) {
+  const IoLayout& io = c.io;
+  const int64_t d = c.problem.head_dim, row = int64_t(c.query_heads()) * d;
+  return io.q_offset == 0 && io.out_offset == 0 && io.q_head_stride == d && io.out_head_stride == d &&
+         io.q_batch_stride == row && io.out_batch_stride == row;
+}
+
+inline std::string io_words(const SweepCase& c) {
+  if (io_contiguous(c)) return "q/out contiguous";
+  const IoLayout& io = c.io;
+  char text[160];
+  std::snprintf(text, sizeof text, "q/out %s, q strides %lld/%lld +%lld, out strides %lld/%lld +%lld",
+                io.head_major ? "head-major" : "batch-major", static_cast<long long>(io.q_batch_stride),
+                static_cast<long long>(io.q_head_stride), static_cast<long long>(io.q_offset),
+                static_cast<long long>(io.out_batch_stride), static_cast<long long>(io.out_head_stride),
+                static_cast<long long>(io.out_offset));
+  return text;
+}
+
 // One line.
 inline std::string summary(const SweepCase& c) {
   const RandomProblemOptions& o = c.problem;
   int empty = 0;
   for (int32_t len : o.seq_lens) empty += len == 0;
-  char text[400];
+  char text[640];
   std::snprintf(text, sizeof text,
                 "[%s, %s] D%d %s G%d Hkv%d B%d page %d %s, longest %d (%d empty)%s, scales k %.3g v %.3g "
-                "softmax %.3g, spread %.3g, plan %s%s",
+                "softmax %.3g, spread %.3g, plan %s%s; %s%s%s%s%s",
                 class_name(c.cls), tier_name(c.tier), o.head_dim,
                 o.format == KvFormat::kE5M2 ? "e5m2" : "fp16", o.group, o.kv_heads, o.batch, o.page_size,
                 layout_name(o.layout), c.longest(), empty, o.shared_prefix_pages ? ", shared prefix" : "",
                 double(o.k_scale), double(o.v_scale), double(o.softmax_scale), c.score_spread,
-                plan_words(c.plan).c_str(), c.masked.seq >= 0 ? ", masked tail" : "");
+                plan_words(c.plan).c_str(), c.masked.seq >= 0 ? ", masked tail" : "", io_words(c).c_str(),
+                c.bf16_q ? ", bf16 q" : "", c.k_scale_on_device ? ", k scale on device" : "",
+                c.v_scale_on_device ? ", v scale on device" : "", c.graph ? ", graph replay" : "");
   return text;
 }
 
@@ -509,6 +606,9 @@ inline std::string describe(const SweepCase& c) {
                 static_cast<unsigned long long>(c.problem_seed),
                 static_cast<unsigned long long>(o.garbage_seed), c.q_stddev, o.spare_pages,
                 o.spare_table_cols, o.shared_prefix_pages, o.stride_align);
+  s += line;
+  std::snprintf(line, sizeof line, "  q buffer %lld elements, out buffer %lld elements\n",
+                static_cast<long long>(c.io.q_elements), static_cast<long long>(c.io.out_elements));
   s += line;
   s += "  lengths:";
   for (int32_t len : o.seq_lens) s += " " + std::to_string(len);

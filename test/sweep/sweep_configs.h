@@ -1,6 +1,7 @@
 // The Configs the sweep runs, one family (and one translation unit) per head dim. Every case
-// runs on each Config that accepts it (its head dim, cache type and page size), so a new
-// kernel variant, such as a second MMA atom, is one more line in each family.
+// runs on each Config that accepts it (its head dim, cache type and page size; a Config
+// built for bf16 q/out only the cases whose q holds bf16 values), so a new kernel variant,
+// such as a second MMA atom, is one more line in each family.
 // Host only; plain C++17 (the CPU test plans and validates cases with these Configs).
 #pragma once
 
@@ -33,9 +34,9 @@ using Sm70 = DecodeConfig<D, Kv, Warps, Stages, PageSize, Convert, PageIdCheck::
 
 // Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
 // takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
-// AsyncStages; compile-time page sizes 16 and 800 and, not multiples of 16, 24 (default
-// atom) and 40 (SM70 atom). Each line is one more decode and combine instantiation in its
-// head dim's translation unit (compile time).
+// AsyncStages; bf16 q/out on either atom; compile-time page sizes 16 and 800 and, not
+// multiples of 16, 24 (default atom) and 40 (SM70 atom). Each line is one more decode and
+// combine instantiation in its head dim's translation unit (compile time).
 using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kE5M2, /*Warps*/ 2>,
                               DecodeConfig<64, KvType::kFp16>,
@@ -47,13 +48,14 @@ using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                DecodeConfig<128, KvType::kE5M2, 4, 1, /*PageSize*/ 16>,
                                DecodeConfig<128, KvType::kFp16>,
                                Sm70<128, KvType::kE5M2>, Sm70<128, KvType::kFp16>,
-                               Sm70<128, KvType::kE5M2, 2, 2, /*PageSize*/ 40, ConvertAt::kPublish>>;
+                               Sm70<128, KvType::kE5M2, 2, 2, /*PageSize*/ 40, ConvertAt::kPublish>,
+                               Sm70<128, KvType::kFp16, 4, 2, 0, ConvertAt::kConsume, ActType::kBf16>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, 4, 1, /*PageSize*/ 800>,
                                DecodeConfig<256, KvType::kFp16>,
                                Sm70<256, KvType::kE5M2>, Sm70<256, KvType::kFp16, 2>,
                                DecodeConfig<256, KvType::kE5M2, 1, 1, 0, ConvertAt::kConsume, PageIdCheck::kOn,
-                                            MmaAtom::kAuto, /*AsyncStages*/ 3>,
+                                            MmaAtom::kAuto, /*AsyncStages*/ 3, ActType::kBf16>,
                                Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>;
 
 // The plan Config makes for the case.
@@ -75,7 +77,7 @@ struct ConfigInfo {
   vxqa::Status (*plan)(const SweepCase&, vxqa::DecodePlan*) = nullptr;  // make_case_plan<Config>
   bool accepts(const SweepCase& c) const {
     return c.problem.head_dim == head_dim && c.problem.format == format &&
-           (page_size == 0 || c.problem.page_size == page_size);
+           (page_size == 0 || c.problem.page_size == page_size) && (qo == ActType::kFp16 || c.bf16_q);
   }
 };
 

@@ -2,23 +2,34 @@
 // worker threads build it and its float64 reference (sweep_prepare.h), and this thread runs
 // it on the GPU with every Config that accepts it (sweep_configs.h) and compares.
 //
-//   vxqa_sweep [--seed-begin A] [--seed-end B] [--threads N] [--verbose] [--cpu-only]
-//   vxqa_sweep --replay SEED
+//   vxqa_sweep [--seed-base B] [--seed-begin A] [--seed-end E] [--threads N] [--verbose] [--cpu-only]
+//   vxqa_sweep --smoke [--threads N] [--verbose] [--cpu-only]
+//   vxqa_sweep [--seed-base B] --replay I
+//   vxqa_sweep [--seed-base B] [--seed-begin A] [--seed-end E] --draw-only
 //
-// Seeds [A, B) (default [0, 10000)); N CPU workers (default: every hardware thread).
-// --replay runs one seed and prints it in full; --cpu-only builds the cases and their
-// references without a GPU (to time the CPU side). Prints one line per failure, with the
-// command that replays it, then per-class counts, how many Config runs had a masked chunk
-// (MaskedTail: a chunk whose live scores are all -inf, NaN/inf V under it, beside a live
-// chunk), the time taken, and last the line "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
+// Case i of [A, E) (default [0, 10000)) is drawn from seed B · 2^32 + i (sweep_seeds.h;
+// base 0: the seeds [A, E) themselves), so a fresh base draws cases no other base has.
+// --smoke runs the 50 cheap seeds of base 0 that cover every Config, a merge of more than
+// 32 chunks on each atom and the other items of smoke_required (the ctest gpu.sweep_smoke).
+// N CPU workers (default: every hardware thread). --replay runs one case and prints it in
+// full; --cpu-only builds the cases and their references without a GPU (to time the CPU
+// side); --draw-only only draws the cases and prints how many cover each item
+// (coverage_items). Prints the base in its header, one line per failure with the command
+// that replays it, then per-class counts, each Config's cases, how many Config runs had a
+// masked chunk (MaskedTail: a chunk whose live scores are all -inf, NaN/inf V under it,
+// beside a live chunk), the cases that covered each item, the time taken, and last the line
+// "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
 #include "sweep/ordered_workers.h"
 #include "sweep/sweep_runner.cuh"
+#include "sweep/sweep_seeds.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,23 +39,27 @@ using namespace vxqa_sweep;
 namespace {
 
 struct Options {
-  uint64_t begin = 0, end = 10000;
+  uint64_t base = 0, begin = 0, end = 10000;
   int threads = 0;
-  bool verbose = false, replay = false, cpu_only = false;
+  bool verbose = false, replay = false, cpu_only = false, smoke = false, draw_only = false;
 };
 
-int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--seed-begin A] [--seed-end B] [--threads N] [--verbose] [--cpu-only]\n"
-               "       %s --replay SEED\n",
-               argv0, argv0);
-  return 2;
+int usage(const char* argv0, FILE* to = stderr) {
+  std::fprintf(to,
+               "usage: %s [--seed-base B] [--seed-begin A] [--seed-end E] [--threads N] [--verbose] [--cpu-only]\n"
+               "       %s --smoke [--threads N] [--verbose] [--cpu-only]\n"
+               "       %s [--seed-base B] --replay I\n"
+               "       %s [--seed-base B] [--seed-begin A] [--seed-end E] --draw-only\n"
+               "case I of base B is drawn from seed B * 2^32 + I (B < 2^32, I < 2^32); default: base 0, [0, 10000)\n",
+               argv0, argv0, argv0, argv0);
+  return to == stderr ? 2 : 0;
 }
 
 bool parse_u64(const char* text, uint64_t* value) {
   char* end = nullptr;
+  errno = 0;
   *value = std::strtoull(text, &end, 10);
-  return text[0] >= '0' && text[0] <= '9' && end && *end == '\0';
+  return text[0] >= '0' && text[0] <= '9' && end && *end == '\0' && errno == 0;
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -56,14 +71,20 @@ bool parse(int argc, char** argv, Options* o) {
       o->verbose = true;
     } else if (arg == "--cpu-only") {
       o->cpu_only = true;
+    } else if (arg == "--smoke") {
+      o->smoke = true;
+    } else if (arg == "--draw-only") {
+      o->draw_only = true;
     } else if (!has_value || !parse_u64(argv[i + 1], &value)) {
       return false;
+    } else if (arg == "--seed-base") {
+      o->base = value, ++i;
     } else if (arg == "--seed-begin") {
       o->begin = value, ++i;
     } else if (arg == "--seed-end") {
       o->end = value, ++i;
     } else if (arg == "--threads") {
-      o->threads = int(value), ++i;
+      o->threads = int(std::min<uint64_t>(value, 4096)), ++i;
     } else if (arg == "--replay") {
       o->replay = true, o->begin = value, o->end = value + 1, ++i;
     } else {
@@ -72,7 +93,8 @@ bool parse(int argc, char** argv, Options* o) {
   }
   if (o->threads <= 0) o->threads = std::max(1u, std::thread::hardware_concurrency());
   if (o->replay) o->threads = 1, o->verbose = true;
-  return o->begin < o->end;
+  if (o->smoke && (o->replay || o->draw_only || o->base != 0)) return false;
+  return o->base <= kMaxSeedBase && o->begin < o->end && o->end <= kMaxSeedIndex;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -104,13 +126,64 @@ struct Count {
   double worst = 0;
 };
 
+// The items cases covered (coverage_items), and how many cases each.
+void print_coverage(const std::map<std::string, uint64_t>& covered, uint64_t cases) {
+  std::printf("covered (cases of %llu):\n", static_cast<unsigned long long>(cases));
+  for (const auto& [item, n] : covered)
+    if (item.rfind("config ", 0) != 0) std::printf("  %-60s %7llu\n", item.c_str(), static_cast<unsigned long long>(n));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return usage(argv[0], stdout);
   if (!parse(argc, argv, &opt)) return usage(argv[0]);
 
+  // Every Config (host data and a run function; nothing touches the device until run).
   std::vector<SweepConfig> configs;
+  for (auto family : {d64_configs, d128_configs, d256_configs})
+    for (SweepConfig& c : family()) configs.push_back(std::move(c));
+  std::vector<ConfigInfo> infos;
+  for (const SweepConfig& c : configs) infos.push_back(c.info);
+
+  // The seeds: case i's seed (seed_of), for i in [begin, end).
+  std::vector<uint64_t> smoke;
+  if (opt.smoke) {
+    const Smoke picked = smoke_seeds(infos);
+    if (!picked.missing.empty()) {
+      for (const std::string& item : picked.missing) std::printf("smoke: no cheap seed covers \"%s\"\n", item.c_str());
+      std::printf("0 passed, 1 failed\n");
+      return 1;
+    }
+    smoke = picked.seeds;
+    opt.begin = 0, opt.end = smoke.size();
+  }
+  auto seed_of = [&](uint64_t i) { return opt.smoke ? smoke[i] : case_seed(opt.base, i); };
+  std::string seeds_words = "seed base " + std::to_string(opt.base) + ", cases [" + std::to_string(opt.begin) +
+                            ", " + std::to_string(opt.end) + ")";
+  if (opt.smoke) {
+    seeds_words = "smoke: " + std::to_string(smoke.size()) + " seeds of base 0 covering every Config and " +
+                  std::to_string(smoke_required(infos).size() - infos.size()) + " other items:";
+    for (uint64_t seed : smoke) seeds_words += " " + std::to_string(seed);
+  }
+
+  if (opt.draw_only) {
+    std::printf("vxqa_sweep: %s, drawn only\n", seeds_words.c_str());
+    std::map<std::string, uint64_t> covered;
+    std::vector<uint64_t> per_config(infos.size());
+    for (uint64_t i = opt.begin; i < opt.end; ++i) {
+      const SweepCase c = draw_case(seed_of(i));
+      for (const std::string& item : coverage_items(c, infos)) ++covered[item];
+      for (size_t k = 0; k < infos.size(); ++k) per_config[k] += infos[k].accepts(c);
+    }
+    for (size_t k = 0; k < infos.size(); ++k)
+      std::printf("  %-60s %7llu cases\n", infos[k].name.c_str(), static_cast<unsigned long long>(per_config[k]));
+    print_coverage(covered, opt.end - opt.begin);
+    return 0;
+  }
+
   if (!opt.cpu_only) {
     int devices = 0;
     const cudaError_t status = cudaGetDeviceCount(&devices);
@@ -122,30 +195,28 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    std::printf("vxqa_sweep: seeds [%llu, %llu) on %s (sm_%d%d), %d CPU workers\n",
-                static_cast<unsigned long long>(opt.begin), static_cast<unsigned long long>(opt.end),
-                prop.name, prop.major, prop.minor, opt.threads);
-    for (auto family : {d64_configs, d128_configs, d256_configs})
-      for (SweepConfig& c : family()) configs.push_back(std::move(c));
+    std::printf("vxqa_sweep: %s on %s (sm_%d%d), %d CPU workers\n", seeds_words.c_str(), prop.name, prop.major,
+                prop.minor, opt.threads);
   } else {
-    std::printf("vxqa_sweep: seeds [%llu, %llu), CPU only, %d CPU workers\n",
-                static_cast<unsigned long long>(opt.begin), static_cast<unsigned long long>(opt.end),
-                opt.threads);
+    std::printf("vxqa_sweep: %s, CPU only, %d CPU workers\n", seeds_words.c_str(), opt.threads);
+    configs.clear();
   }
   std::fflush(stdout);
 
   const auto start = std::chrono::steady_clock::now();
   Count classes[kCaseClasses], tiers[kTiers];
   std::vector<Count> per_config(configs.size());
+  std::map<std::string, uint64_t> covered;
   // Masked chunks (masked_chunk_exercised): Config runs, their failures, the cases with one.
   uint64_t masked_runs = 0, masked_failed = 0, masked_cases = 0;
+  uint64_t graph_runs = 0, bf16_runs = 0;
   uint64_t passed = 0, failed = 0;
   double gpu_seconds = 0, wait_seconds = 0;
   std::string fatal;
   DeviceCase device;
   {
     OrderedWorkers<PreparedCase> workers(opt.begin, opt.end, opt.threads, 4 * uint64_t(opt.threads) + 8,
-                                         prepare_case);
+                                         [&](uint64_t i) { return prepare_case(seed_of(i)); });
     PreparedCase c;
     for (;;) {
       const auto wait_start = std::chrono::steady_clock::now();
@@ -160,6 +231,7 @@ int main(int argc, char** argv) {
       if (!c.error.empty()) failures.push_back("preparing: " + c.error);
       double worst = 0;
       if (c.error.empty() && !opt.cpu_only) {
+        for (const std::string& item : coverage_items(c.spec, infos)) ++covered[item];
         const auto gpu_start = std::chrono::steady_clock::now();
         try {
           device.upload(c);
@@ -169,16 +241,21 @@ int main(int argc, char** argv) {
             if (!configs[i].info.accepts(c.spec)) continue;
             ++runs;
             const ConfigRun run = configs[i].run(c, device);
-            std::string failure = run.refused;
+            std::string failure = run.refused.empty() ? run.failure : run.refused;
             double run_worst = 0;
-            if (failure.empty()) {
+            if (run.refused.empty()) {
               const vxqa::reference::Comparison cmp = vxqa::reference::compare_with_reference(
                   c.reference, c.model, c.expect, c.problem.query_heads(), c.problem.head_dim,
-                  {run.out.data(), run.lse.data(), run.errors}, c.expected_errors);
-              if (!cmp.ok()) failure = cmp.first + " (" + std::to_string(cmp.mismatches) + " mismatches)";
+                  {run.out.data(), run.lse.data(), run.errors}, c.expected_errors, compare_bounds(run.qo));
+              if (!cmp.ok()) {
+                const std::string text = cmp.first + " (" + std::to_string(cmp.mismatches) + " mismatches)";
+                failure = failure.empty() ? text : text + "; " + failure;
+              }
               run_worst = cmp.worst;
               worst = std::max(worst, run_worst);
               per_config[i].worst = std::max(per_config[i].worst, run_worst);
+              graph_runs += run.graph_replayed;
+              bf16_runs += run.qo == vxqa::ActType::kBf16;
             }
             ++per_config[i].cases;
             if (!failure.empty()) {
@@ -193,10 +270,10 @@ int main(int argc, char** argv) {
             }
             if (opt.replay)
               std::printf("  %s: chunk %d x %d chunks%s, workspace %zu B, error word %u, worst error/bound "
-                          "%.3f: %s\n",
+                          "%.3f%s: %s\n",
                           configs[i].info.name.c_str(), run.plan.chunk_tokens, run.plan.num_chunks,
                           masked ? " (a masked chunk)" : "", run.plan.workspace_bytes, run.errors, run_worst,
-                          failure.empty() ? "ok" : failure.c_str());
+                          run.graph_replayed ? ", graph replay" : "", failure.empty() ? "ok" : failure.c_str());
           }
           masked_cases += masked_case;
           if (runs == 0) failures.push_back("no Config accepts this case");
@@ -221,9 +298,10 @@ int main(int argc, char** argv) {
       } else {
         ++failed;
         for (const std::string& f : failures)
-          std::printf("FAIL seed %llu: %s | %s | replay: %s --replay %llu\n",
-                      static_cast<unsigned long long>(seed), summary(c.spec).c_str(), f.c_str(), argv[0],
-                      static_cast<unsigned long long>(seed));
+          std::printf("FAIL seed %llu (base %llu, case %llu): %s | %s | replay: %s\n",
+                      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed_base(seed)),
+                      static_cast<unsigned long long>(seed_index(seed)), summary(c.spec).c_str(), f.c_str(),
+                      replay_command(argv[0], seed).c_str());
       }
       std::fflush(stdout);
       if (!fatal.empty()) {
@@ -249,14 +327,18 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
   for (size_t i = 0; i < configs.size(); ++i)
-    std::printf("  %-40s %7llu cases, %llu failed, worst error/bound %.3f\n", configs[i].info.name.c_str(),
+    std::printf("  %-60s %7llu cases, %llu failed, worst error/bound %.3f\n", configs[i].info.name.c_str(),
                 static_cast<unsigned long long>(per_config[i].cases),
                 static_cast<unsigned long long>(per_config[i].failed), per_config[i].worst);
-  if (!opt.cpu_only)
+  if (!opt.cpu_only) {
     std::printf("masked chunks (every live score -inf, NaN/inf V under it, beside a live chunk): %llu Config "
                 "runs in %llu cases, %llu failed\n",
                 static_cast<unsigned long long>(masked_runs), static_cast<unsigned long long>(masked_cases),
                 static_cast<unsigned long long>(masked_failed));
+    std::printf("Config runs with bf16 q/out: %llu; replayed from a graph: %llu\n",
+                static_cast<unsigned long long>(bf16_runs), static_cast<unsigned long long>(graph_runs));
+    print_coverage(covered, passed + failed);
+  }
   std::printf("wall %.1f s on %d CPU workers: %.1f CPU s building cases, %.1f s on the GPU, %.1f s "
               "waiting for cases\n",
               wall, opt.threads, cpu_seconds, gpu_seconds, wait_seconds);

@@ -1,16 +1,23 @@
 // Builds a sweep case on the CPU: the random problem as the device gets it (with its q
-// rescaled, NaN/inf written, a bad page id or bad lengths), the float64 reference and what
-// each sequence's outputs must be. Host only; plain C++17 (the CPU test includes it).
+// rescaled, rounded to bf16 values, NaN/inf written, a bad page id or bad lengths; q laid
+// out in the case's strides), the float64 reference and what each sequence's outputs must
+// be; and, for the runner, the DecodeParams of a case on device buffers and the rows of an
+// out buffer the kernels wrote. Host only; plain C++17 (the CPU test includes it).
 #pragma once
 
 #include "sweep/sweep_case.h"
 
+#include <vxqa/api/params.cuh>
+#include <vxqa/numeric/act_type.cuh>
 #include <vxqa/testing/compare.h>
 #include <vxqa/testing/decode_reference.h>
+#include <vxqa/testing/problem_params.cuh>
 #include <vxqa/testing/random_problem.h>
 
+#include <array>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,10 +26,21 @@ namespace vxqa_sweep {
 using vxqa::reference::DecodeOutput;
 using vxqa::reference::Expect;
 using vxqa::reference::RandomProblem;
+using vxqa::ActType;
+
+// Between and after q's rows: NaN in fp16 and in bf16, so a read outside the rows shows.
+inline constexpr uint16_t kQGap = 0xFFFF;
+// What out holds before a decode (runner: a memset of 0x7B bytes; fp16 61280, bf16 ~1.3e36):
+// finite and far from any output, so an unwritten element fails where it is compared, and
+// an element outside the rows must still hold it after.
+inline constexpr unsigned char kOutPoisonByte = 0x7B;
+inline constexpr uint16_t kOutPoison = 0x7B7B;
 
 struct PreparedCase {
   SweepCase spec;
-  RandomProblem problem;               // cache and q as uploaded; table and lengths all good
+  RandomProblem problem;               // cache as uploaded, q contiguous; table and lengths all good
+  std::vector<uint16_t> device_q;      // problem.q (fp16 bits) in spec.io's strides, kQGap elsewhere
+  std::vector<uint16_t> device_q_bf16; // spec.bf16_q: the same values as bf16 bits, same layout
   std::vector<int32_t> device_table;   // problem.block_table, with the bad page id if any
   std::vector<int32_t> device_lens;    // problem.seq_lens, with the bad lengths if any
   DecodeOutput reference;              // of `problem`
@@ -73,6 +91,29 @@ inline void mask_tail(const MaskedTail& m, double q_stddev, RandomProblem* p) {
     p->store(p->v_offset + p->element_index(m.seq, v.token, m.kv_head, v.dim), poison_bits(v.value, p->format));
 }
 
+// Rounds q (fp16 bits) to bf16 values in place and returns their bf16 bits; q then holds
+// the fp16 values the kernels convert those to where they load them (as
+// test/gpu/decode_harness.cuh's round_q_to_bf16). NaN and ±inf stay what they are.
+inline std::vector<uint16_t> round_q_to_bf16(std::vector<uint16_t>* q) {
+  std::vector<uint16_t> bf16(q->size());
+  for (size_t i = 0; i < q->size(); ++i) {
+    const float x = float(vxqa::reference::fp16_to_double((*q)[i]));
+    bf16[i] = vxqa::detail::float_to_act<ActType::kBf16>(x);
+    (*q)[i] = vxqa::reference::fp16_from_double(vxqa::detail::act_to_float<ActType::kBf16>(bf16[i]));
+  }
+  return bf16;
+}
+
+// Contiguous [B, Hq, D] rows into the layout's buffer, kQGap around them.
+inline std::vector<uint16_t> scatter_q(const std::vector<uint16_t>& rows, const IoLayout& io, int batch, int heads,
+                                       int dim) {
+  std::vector<uint16_t> buffer(size_t(io.q_elements), kQGap);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      std::copy_n(rows.begin() + (size_t(b) * heads + h) * dim, dim, buffer.begin() + io.q_row(b, h));
+  return buffer;
+}
+
 inline void build(const SweepCase& c, PreparedCase* out) {
   RandomProblem& p = out->problem;
   p = vxqa::reference::make_random_problem(c.problem, c.problem_seed);
@@ -80,6 +121,11 @@ inline void build(const SweepCase& c, PreparedCase* out) {
     x = vxqa::reference::fp16_from_double(vxqa::reference::fp16_to_double(x) * c.q_stddev);
   for (const Injection& in : c.injections) inject(in, &p);
   if (c.masked.seq >= 0) mask_tail(c.masked, c.q_stddev, &p);
+  // After every change to q: the reference takes the values the device gets.
+  if (c.bf16_q) {
+    out->device_q_bf16 = scatter_q(round_q_to_bf16(&p.q), c.io, p.batch, p.query_heads(), p.head_dim);
+  }
+  out->device_q = scatter_q(p.q, c.io, p.batch, p.query_heads(), p.head_dim);
 
   out->device_table = p.block_table;
   if (c.bad_page.seq >= 0)
@@ -95,6 +141,78 @@ inline void build(const SweepCase& c, PreparedCase* out) {
 }
 
 }  // namespace detail
+
+// The case's device buffers, as the runner has them (the CPU test gives fake addresses).
+struct CaseBuffers {
+  const void* cache = nullptr;
+  const void* q = nullptr;  // the start of device_q or device_q_bf16 (offset 0)
+  const int32_t* block_table = nullptr;
+  const int32_t* seq_lens = nullptr;
+  void* out = nullptr;  // the start of an out buffer of spec.io.out_elements (offset 0)
+  float* lse = nullptr;
+  const float* scales = nullptr;  // device_scales(): {k, v}
+};
+
+// What the device scales hold: the case's k and v scales.
+inline std::array<float, 2> device_scales(const SweepCase& c) { return {c.problem.k_scale, c.problem.v_scale}; }
+
+// The decode step of a prepared case on those buffers with q and out of type `qo`: the
+// problem's parameters, then the case's q/out strides and offsets and its device scales
+// (with NaN as the host values they replace: the kernels must not use them).
+inline vxqa::DecodeParams case_params(const PreparedCase& c, const CaseBuffers& d, ActType qo) {
+  const IoLayout& io = c.spec.io;
+  vxqa::DecodeParams params = vxqa::problem_params(
+      c.problem, {d.cache, static_cast<const uint16_t*>(d.q) + io.q_offset, d.block_table, d.seq_lens,
+                  static_cast<uint16_t*>(d.out) + io.out_offset, d.lse});
+  params.qo_type = qo;
+  params.q_head_stride = io.q_head_stride;
+  params.q_batch_stride = io.q_batch_stride;
+  params.out_head_stride = io.out_head_stride;
+  params.out_batch_stride = io.out_batch_stride;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (c.spec.k_scale_on_device) params.k_scale_ptr = d.scales, params.k_scale = nan;
+  if (c.spec.v_scale_on_device) params.v_scale_ptr = d.scales + 1, params.v_scale = nan;
+  return params;
+}
+
+// An out buffer (spec.io's layout) after a decode with q/out of type `qo`: its rows as
+// contiguous fp16 bits [B, Hq, D] for the comparator (bf16 values converted to the fp16
+// values they equal, as check_against_reference does; compare with out_mantissa_bits 7),
+// and the elements outside the rows that no longer hold kOutPoison.
+struct GatheredOut {
+  std::vector<uint16_t> rows;
+  size_t stray = 0;          // elements outside the rows that were written
+  int64_t first_stray = -1;  // the first one's index in the buffer
+};
+inline GatheredOut gather_out(const std::vector<uint16_t>& buffer, const IoLayout& io, int batch, int heads, int dim,
+                              ActType qo) {
+  GatheredOut g;
+  g.rows.resize(size_t(batch) * heads * dim);
+  std::vector<bool> in_row(buffer.size(), false);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h) {
+      const int64_t row = io.out_row(b, h);
+      for (int d = 0; d < dim; ++d) {
+        uint16_t bits = buffer[size_t(row + d)];
+        if (qo == ActType::kBf16)
+          bits = vxqa::reference::fp16_from_double(vxqa::detail::act_to_float<ActType::kBf16>(bits));
+        g.rows[(size_t(b) * heads + h) * dim + d] = bits;
+        in_row[size_t(row + d)] = true;
+      }
+    }
+  for (size_t i = 0; i < buffer.size(); ++i)
+    if (!in_row[i] && buffer[i] != kOutPoison) {
+      if (g.stray++ == 0) g.first_stray = int64_t(i);
+    }
+  return g;
+}
+
+// The comparator's bound for outputs of type `qo`.
+inline vxqa::reference::CompareBounds compare_bounds(ActType qo) {
+  vxqa::reference::CompareBounds bounds;
+  if (qo == ActType::kBf16) bounds.out_mantissa_bits = 7;
+  return bounds;
+}
 
 inline PreparedCase prepare_case(uint64_t seed) {
   const auto start = std::chrono::steady_clock::now();
