@@ -110,10 +110,16 @@ step_suite() {  # both variants at once: they share the GPU, each checks its own
   done
 }
 
-step_sweep() {
+step_sweep() {  # the fixed seeds [0, SWEEP_SEEDS) (sweep.log), then as many cases of a fresh seed base
+  # (SWEEP_SEED_BASE, default the time: cases no run has drawn; sweep-fresh.log, whose header
+  # and failure lines name the base that replays them)
   start=$SECONDS
-  ./build-gpu/test/sweep/vxqa_sweep --seed-begin 0 --seed-end "$seeds" >"$out/sweep.log" 2>&1
+  ./build-gpu/test/sweep/vxqa_sweep --seed-base 0 --seed-begin 0 --seed-end "$seeds" >"$out/sweep.log" 2>&1
   note "sweep: rc $?, $((SECONDS - start)) s: $(tail -1 "$out/sweep.log")"
+  start=$SECONDS
+  local base="${SWEEP_SEED_BASE:-$(date +%s)}" fresh="${SWEEP_FRESH_SEEDS:-$seeds}"
+  ./build-gpu/test/sweep/vxqa_sweep --seed-base "$base" --seed-begin 0 --seed-end "$fresh" >"$out/sweep-fresh.log" 2>&1
+  note "sweep-fresh: rc $?, $((SECONDS - start)) s, seed base $base: $(tail -1 "$out/sweep-fresh.log")"
 }
 
 step_sanitize() {
