@@ -195,7 +195,8 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
 def error_bounds(model, ref_out, out_dtype, sigmas=8.0):
     """(out_bound, lse_bound), per element, as compare.h's compare_with_reference takes them
     (CompareBounds: `sigmas` standard deviations; the output's mantissa by out_dtype):
-      out: sigmas * sigma + fixed + half an ulp of out_dtype at |ref| + sigmas * sigma + fixed
+      out: sigmas * sigma + fixed + (half an ulp of out_dtype + 2^-22 for the fp32 steps before
+           it: a double rounding) at |ref| + sigmas * sigma + fixed
            (+ 2^-25 for bf16: compare.h compares bf16 outputs as the fp16 values they equal)
       lse: sigmas * sigma + fixed
     A finite reference element must be within its bound; the NaN/inf rules are the caller's."""
@@ -204,7 +205,8 @@ def error_bounds(model, ref_out, out_dtype, sigmas=8.0):
     bits = OUT_MANTISSA_BITS[out_dtype]
     conversion = 0.0 if bits == 10 else 2.0**-25
     error = sigmas * model.out_sigma + model.out_fixed
-    out_bound = error + half_ulp(ref_out.to(error.device, torch.float64).abs() + error, bits) + conversion
+    at = ref_out.to(error.device, torch.float64).abs() + error
+    out_bound = error + half_ulp(at, bits) + 2.0**-22 * at + conversion
     return out_bound, sigmas * model.lse_sigma + model.lse_fixed
 
 
