@@ -151,7 +151,11 @@ def config_of(demangled):
     m = re.search(r"DecodeConfig<(\d+), \(vxqa::KvType\)(\d)", demangled)
     if not m:
         return None
-    return int(m.group(1)), 1 if m.group(2) == "0" else 2
+    # KvType's order in kernel/config.cuh: 0 kUnset (never a Config), 1 kE5M2, 2 kFp16.
+    element_bytes = {"1": 1, "2": 2}
+    if m.group(2) not in element_bytes:
+        sys.exit("sass_phases: KvType %s in %s is not a cache format this script knows" % (m.group(2), demangled))
+    return int(m.group(1)), element_bytes[m.group(2)]
 
 
 def main():
