@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   DEMO_CHECK(cudaMemcpy(table, p.block_table.data(), p.block_table.size() * 4, cudaMemcpyHostToDevice));
   DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
   vxqa::DecodePlan plan;
-  vxqa::Status s = vxqa::make_decode_plan<Config>(p.batch, 1024, p.kv_heads, p.group, &plan);
+  vxqa::Status s = vxqa::make_decode_plan<Config>(p.batch, p.max_pages * p.page_size, p.kv_heads, p.group, &plan);
   if (!s.ok()) { std::fprintf(stderr, "plan: %s\n", s.message().c_str()); return 1; }
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
