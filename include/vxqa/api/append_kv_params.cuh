@@ -49,8 +49,7 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (p.num_kv_heads < 1) return Status::invalid("num_kv_heads", "must be >= 1");
   if (p.head_dim < 8 || p.head_dim % 8)
     return Status::invalid("head_dim", str(p.head_dim) + " must be a positive multiple of 8");
-  if (p.cache_type == KvType::kUnset)
-    return Status::invalid("cache_type", "is not set: say the cache's element format (KvType::kE5M2 or kFp16)");
+  if (const Status set = detail::check_cache_type_set(p.cache_type); !set.ok()) return set;
   if (p.num_tokens == 0) return Status();
   if (!p.key) return Status::invalid("key", "is null");
   if (!p.value) return Status::invalid("value", "is null");

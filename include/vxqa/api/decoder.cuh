@@ -84,8 +84,7 @@ class Decoder<ConfigList<Configs...>> {
   // Picks the Config and makes the plan for the current device, as init does; allocates
   // nothing.
   static Status choose(const DecoderShape& shape, Choice* choice) {
-    if (shape.cache_type == KvType::kUnset)
-      return Status::invalid("cache_type", "is not set: say the cache's element format (KvType::kE5M2 or kFp16)");
+    if (const Status set = detail::check_cache_type_set(shape.cache_type); !set.ok()) return set;
     if (shape.head_dim < 1) return Status::invalid("head_dim", "must be >= 1");
     if (shape.page_size < 1) return Status::invalid("page_size", "must be >= 1");
     int index = find(shape, true);

@@ -46,6 +46,14 @@ inline Status check_scale(const char* name, float value, const float* device_val
   return std::isfinite(value) && value > 0.f ? Status() : Status::invalid(name, "must be finite and > 0");
 }
 
+// A cache format is stated, never assumed: kUnset is refused (decode, append_kv, Decoder).
+inline Status check_cache_type_set(KvType t) {
+  return t != KvType::kUnset ? Status()
+                             : Status::invalid("cache_type", "is not set: say the cache's element format "
+                                                             "(KvType::kE5M2 or kFp16); a byte cache may hold "
+                                                             "E5M2 or E4M3 codes, and vxqa never guesses");
+}
+
 }  // namespace detail
 
 // Checks a plan against the Config it will launch.
@@ -90,9 +98,7 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (p.qo_type != Config::kQo)
     return Status::invalid("qo_type", std::string(act_type_name(p.qo_type)) + " q/out given to a Config built for " +
                                           ActTraits<Config::kQo>::kName + " (DecodeConfig's Qo)");
-  if (p.cache_type == KvType::kUnset)
-    return Status::invalid("cache_type", "is not set: say the cache's element format (KvType::kE5M2 or kFp16); "
-                                         "a byte cache may hold E5M2 or E4M3 codes, and vxqa never guesses");
+  if (const Status set = detail::check_cache_type_set(p.cache_type); !set.ok()) return set;
   if (p.cache_type != Config::kKv)
     return Status::invalid("cache_type", std::string(kv_type_name(p.cache_type)) +
                                              " cache given to a Config built for " + KvTraits<Config::kKv>::kName +

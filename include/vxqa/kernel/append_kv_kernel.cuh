@@ -52,8 +52,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendK
   // never a finite number, and sets its bit (validate_append_kv checked the host values).
   const float k_given = a.k_scale_ptr ? *a.k_scale_ptr : a.k_scale;
   const float v_given = a.v_scale_ptr ? *a.v_scale_ptr : a.v_scale;
-  const float k_scale = scale_is_valid(k_given) ? k_given : quiet_nan();
-  const float v_scale = scale_is_valid(v_given) ? v_given : quiet_nan();
+  const float k_scale = valid_scale_or_nan(k_given), v_scale = valid_scale_or_nan(v_given);
   if ((blockIdx.x | threadIdx.x) == 0 && a.errors) {
     const uint32_t scale_errors = scale_error_bits(k_given, v_given);
     if (scale_errors) atomicOr(a.errors, scale_errors);

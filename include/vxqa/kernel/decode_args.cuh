@@ -48,17 +48,17 @@ struct DecodeKernelArgs {
 
 #if VXQA_IS_CUDA_COMPILER
 // The scales a launch uses: from the device scalars when given. A device scale that is not
-// finite or not > 0 gives NaN, so every output it touches is NaN (decode_kernel sets its
-// error bit); validate() has checked the host values.
+// finite or not > 0 gives NaN, so every output it touches is NaN (its error bit:
+// device_scale_errors); validate() has checked the host values.
 VXQA_DEVICE float qk_scale_log2_of(const DecodeKernelArgs& a) {
+  // Written as a select of the product (not the product of a selected scale): this form
+  // keeps every main loop's instruction count (sass.phases) as it was before the check.
   if (!a.k_scale_ptr) return a.qk_scale_log2;
   const float k_scale = *a.k_scale_ptr;
   return scale_is_valid(k_scale) ? a.qk_scale_log2 * k_scale : quiet_nan();
 }
 VXQA_DEVICE float v_scale_of(const DecodeKernelArgs& a) {
-  if (!a.v_scale_ptr) return a.v_scale;
-  const float v_scale = *a.v_scale_ptr;
-  return scale_is_valid(v_scale) ? v_scale : quiet_nan();
+  return a.v_scale_ptr ? valid_scale_or_nan(*a.v_scale_ptr) : a.v_scale;
 }
 // The step's kErrorBadKScale / kErrorBadVScale bits (0 where the scales are host values),
 // set by the combine (several chunks) or reset_errors_kernel (one chunk): in the decode

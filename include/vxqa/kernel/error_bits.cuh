@@ -19,6 +19,10 @@ enum ErrorBit : uint32_t {
 // A scale the kernels may use: finite and > 0 (false for NaN and +inf).
 VXQA_HD bool scale_is_valid(float s) { return s > 0.f && s <= 3.402823466e38f; }
 
+// The scale a kernel uses: `s` itself, or NaN where it is not valid, so that every output
+// it touches is NaN, never a silent finite number.
+VXQA_HD float valid_scale_or_nan(float s) { return scale_is_valid(s) ? s : quiet_nan(); }
+
 // The scale bits of a (k_scale, v_scale) pair.
 VXQA_HD uint32_t scale_error_bits(float k_scale, float v_scale) {
   return (scale_is_valid(k_scale) ? 0u : uint32_t(kErrorBadKScale)) |
