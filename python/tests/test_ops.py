@@ -114,6 +114,8 @@ DECODE_CASES = CACHE_DTYPE_CASES + [
     ("q rows strided", "q", r"last dimension must be contiguous", lambda a: a.update(q=strided_like(a["q"]))),
     ("q heads not a multiple of KV heads", "q", r"not a multiple of the cache's 2 KV heads",
      lambda a: a.update(q=a["q"][:, :5], out=a["out"][:, :5])),
+    ("zero KV heads", "q", r"6 query heads are not a multiple of the cache's 0 KV heads",
+     lambda a: a.update(k_cache=a["k_cache"][:, :, :0], v_cache=a["v_cache"][:, :, :0])),
     ("q head dim", "q", r"the cache's head_dim", lambda a: a.update(q=a["q"][..., :32], out=a["out"][..., :32])),
     ("head dim 96", "q", r"head_dim 96 is not supported \(64, 128 or 256\)",
      lambda a: (caches(a, torch.float8_e5m2, 96), a.update(q=a["q"].new_zeros(B, HKV * G, 96),
@@ -151,6 +153,9 @@ DECODE_CASES = CACHE_DTYPE_CASES + [
 PLAIN_DECODE_CASES = [
     ("max_context past the table", "max_context", r"block_table\.size\(1\) \* page_size",
      lambda a: a.update(max_context=MAX_PAGES * P + 1)),
+    ("page size 0, max_context 0 (the table's capacity)", "max_context",
+     r"0 must be in 1..block_table\.size\(1\) \* page_size \(0\)",
+     lambda a: a.update(k_cache=a["k_cache"][:, :0], v_cache=a["v_cache"][:, :0], max_context=0)),
 ]
 
 PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
@@ -158,6 +163,8 @@ PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
      lambda a: a.update(plan=vxqa_torch.DecodePlan.from_ints([1, 2, 3], a["plan"].workspace))),
     ("plan with a negative field", "plan", r"negative field", lambda a: a.update(plan=fake_plan(
         a["q"].device, config=-1))),
+    ("plan with a field past INT_MAX", "plan", r"2147483648 does not fit in an int", lambda a: a.update(
+        plan=fake_plan(a["q"].device, max_context=2**31))),
     ("plan for head dim 128", "q", r"head_dim 64 differs from the plan's 128 \(a DecodePlan serves one model shape",
      lambda a: a.update(plan=fake_plan(a["q"].device, head_dim=128))),
     ("plan for an fp16 cache", "k_cache", r"an e5m2 cache, the plan was made for fp16",

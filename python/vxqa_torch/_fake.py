@@ -28,6 +28,7 @@ FP16_Q, BF16_Q = 0, 1  # vxqa::ActType values
 PLAN_FIELDS = ("tag", "device", "head_dim", "cache_type", "qo_type", "page_size", "num_kv_heads", "group_size",
                "config", "max_batch", "max_context", "chunk_tokens", "num_chunks", "workspace_bytes")
 PLAN_TAG = 0x7678716101
+INT_MAX = 2**31 - 1
 
 
 def dtype_name(dtype):
@@ -159,7 +160,8 @@ def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_s
     check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim")
     check(sym_or(*(head_dim == d for d in HEAD_DIMS)),
           lambda: f"q: head_dim {_n(head_dim)} is not supported (64, 128 or 256)")
-    check(sym_and(kv_heads >= 1, q_heads % kv_heads == 0),
+    # (the modulus by at least 1: with 0 KV heads the first condition fails, and no division by 0)
+    check(sym_and(kv_heads >= 1, q_heads % torch.sym_max(kv_heads, 1) == 0),
           lambda: f"q: {_n(q_heads)} query heads are not a multiple of the cache's {_n(kv_heads)} KV heads")
 
     check_dim(block_table, "block_table", 2, "[batch, max_pages_per_seq]")
@@ -192,9 +194,10 @@ def _decode_out_fake(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
     check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor, out,
                  lse, errors)
     table_tokens = block_table.size(1) * k_cache.size(1)
-    if max_context != 0:  # 0: the table's capacity, always valid
-        check(sym_and(max_context >= 1, max_context <= table_tokens),
-              lambda: f"max_context: {max_context} must be in 1..block_table.size(1) * page_size ({_n(table_tokens)})")
+    # 0 means the table's capacity, which is itself checked (a page size of 0 makes it 0)
+    check(sym_or(sym_and(max_context == 0, table_tokens >= 1), sym_and(max_context >= 1, max_context <= table_tokens)),
+          lambda: f"max_context: {max_context or _n(table_tokens)} must be in 1..block_table.size(1) * page_size "
+                  f"({_n(table_tokens)})")
 
 
 def read_plan(plan):
@@ -203,8 +206,16 @@ def read_plan(plan):
           lambda: f"plan: not made by torch.ops.vxqa.plan_decode ({len(plan)} ints; use vxqa_torch.DecodePlan)")
     check(all(v >= 0 for v in plan), lambda: "plan: holds a negative field: not made by plan_decode")
     fields = dict(zip(PLAN_FIELDS, plan))
+
+    def check_int(name):  # decode_op.cpp's to_int(field, "plan")
+        check(fields[name] <= INT_MAX, lambda: f"plan: {fields[name]} does not fit in an int")
+
+    check_int("head_dim")
     check(fields["cache_type"] in (E5M2, FP16), lambda: f"plan: cache type {fields['cache_type']} is not e5m2 or fp16")
     check(fields["qo_type"] in (FP16_Q, BF16_Q), lambda: f"plan: q type {fields['qo_type']} is unknown")
+    for name in ("page_size", "device", "config", "num_kv_heads", "group_size", "max_batch", "max_context",
+                 "chunk_tokens", "num_chunks"):  # in read_plan's order
+        check_int(name)
     return fields
 
 

@@ -21,6 +21,7 @@
 // and the file it writes when all its checks passed). So the whole suite in one process,
 // and ctest's gpu.context_reset, both run it, and nothing else shares its context.
 #include "gpu/decode_harness.cuh"
+#include "gpu/skip.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -113,6 +114,15 @@ TEST_CASE("context reset child: decode before and after cudaDeviceReset", "[.][c
 
 TEST_CASE("decode after cudaDeviceReset sets the shared-memory opt-in again (in a child process)",
           "[context_reset]") {
+  // The child needs a context of its own beside the parent's: not under an exclusive or
+  // prohibited compute mode.
+  int device = 0, mode = 0;
+  VXQA_CUDA_CHECK(cudaGetDevice(&device));
+  VXQA_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, device));
+  if (mode != cudaComputeModeDefault)
+    return skip("the device's compute mode (" + std::to_string(mode) +
+                ") lets no second process make a context; the test needs one for its child");
+
   std::vector<char> exe(4096);
   const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
   REQUIRE(n > 0);
