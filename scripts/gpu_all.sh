@@ -3,7 +3,8 @@
 # targets for the local GPU, then runs, each writing its raw, untrimmed log to $OUT:
 #   gpu-suite.log / gpu-suite_sm70.log   the GPU tests, default atom / SM70 path forced
 #   example.log demo.log                 the C++ examples (steps "suite" and "examples")
-#   sweep.log                            vxqa_sweep over seeds [0, SWEEP_SEEDS)
+#   sweep.log sweep-fresh.log            vxqa_sweep over seeds [0, SWEEP_SEEDS), then as many of a fresh
+#                                        seed base (step "sweep"; "sweep_fixed" and "sweep_fresh" run one)
 #   memcheck.log racecheck.log synccheck.log (and *_sm70.log)   compute-sanitizer on the reduced matrix
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
@@ -110,12 +111,20 @@ step_suite() {  # both variants at once: they share the GPU, each checks its own
   done
 }
 
-step_sweep() {  # the fixed seeds [0, SWEEP_SEEDS) (sweep.log), then as many cases of a fresh seed base
-  # (SWEEP_SEED_BASE, default the time: cases no run has drawn; sweep-fresh.log, whose header
-  # and failure lines name the base that replays them)
+step_sweep() {  # the fixed seeds, then the fresh ones (each is a step of its own too)
+  step_sweep_fixed
+  step_sweep_fresh
+}
+
+step_sweep_fixed() {  # the fixed seeds [0, SWEEP_SEEDS) (sweep.log)
   start=$SECONDS
   ./build-gpu/test/sweep/vxqa_sweep --seed-base 0 --seed-begin 0 --seed-end "$seeds" >"$out/sweep.log" 2>&1
   note "sweep: rc $?, $((SECONDS - start)) s: $(tail -1 "$out/sweep.log")"
+}
+
+step_sweep_fresh() {  # SWEEP_FRESH_SEEDS (default SWEEP_SEEDS) cases of a fresh seed base (SWEEP_SEED_BASE,
+  # default the time: cases no run has drawn; sweep-fresh.log, whose header and failure lines
+  # name the base that replays them)
   start=$SECONDS
   local base="${SWEEP_SEED_BASE:-$(date +%s)}" fresh="${SWEEP_FRESH_SEEDS:-$seeds}"
   ./build-gpu/test/sweep/vxqa_sweep --seed-base "$base" --seed-begin 0 --seed-end "$fresh" >"$out/sweep-fresh.log" 2>&1
