@@ -134,6 +134,11 @@ inline double half_ulp(double x, int mantissa_bits) {
 
 }  // namespace detail
 
+// The bound on row `row`'s LSE error: sigmas · σ + fixed.
+inline double lse_bound(const ErrorModel& model, size_t row, const CompareBounds& bounds = {}) {
+  return bounds.sigmas * model.lse_sigma[row] + model.lse_fixed[row];
+}
+
 // `expect` has one entry per sequence (its size is the batch); `ref` is the reference of
 // the problem with every kReference sequence as the kernel saw it, `model` its error model.
 inline Comparison compare_with_reference(const DecodeOutput& ref, const ErrorModel& model,
@@ -168,8 +173,7 @@ inline Comparison compare_with_reference(const DecodeOutput& ref, const ErrorMod
                              0x1p-22 * (std::fabs(want) + error) + conversion;
         detail::check(&c, expect[b], fp16_to_double(ours.out[i]), want, 0.0, bound, b, h, d);
       }
-      detail::check(&c, expect[b], ours.lse[row], ref.lse[row], -inf,
-                    bounds.sigmas * model.lse_sigma[row] + model.lse_fixed[row], b, h, -1);
+      detail::check(&c, expect[b], ours.lse[row], ref.lse[row], -inf, lse_bound(model, row, bounds), b, h, -1);
     }
   }
   return c;
