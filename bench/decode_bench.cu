@@ -40,14 +40,11 @@ namespace {
 // trusted (what the id check costs), and the SM70 path forced, for the record.
 using E5m2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
 using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
-using E5m2Unchecked = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
-                                         vxqa::PageIdCheck::kOff>;
-using E5m2Sm70 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
-                                    vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kSm70>;
+using E5m2Unchecked = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::PageIds<vxqa::PageIdCheck::kOff>>;
+using E5m2Sm70 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Atom<vxqa::MmaAtom::kSm70>>;
 // The SM70 path's other conversion policy (E5M2 -> fp16 when published to shared memory);
 // its fp16 tiles take twice the shared memory, so 2 warps a CTA.
-using E5m2Sm70Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish,
-                                           vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kSm70>;
+using E5m2Sm70Publish = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>, vxqa::opt::Atom<vxqa::MmaAtom::kSm70>>;
 
 template <class Config>
 std::string config_name() {
@@ -403,8 +400,7 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy));
     for (int i : {0, 1, 3}) results.push_back(run_shape<E5m2Unchecked>(shapes[i], stream, sms, l2, copy));
     // Two stages a warp: 67 KB a CTA, so 3 CTAs share an sm_90 SM (12 warps) instead of 2.
-    using E5m2TwoStages = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kConsume,
-                                             vxqa::PageIdCheck::kOn, vxqa::MmaAtom::kAuto, 2>;
+    using E5m2TwoStages = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Atom<vxqa::MmaAtom::kAuto>, vxqa::opt::AsyncStages<2>>;
     for (int i : {0, 2, 3})
       results.push_back(run_shape<E5m2TwoStages>(shapes[i], stream, sms, l2, copy, 0, "default atom, 2 stages"));
     for (int i : {0, 2, 3}) results.push_back(run_shape<E5m2Sm70>(shapes[i], stream, sms, l2, copy));

@@ -22,8 +22,7 @@
 #include "gpu_timing.cuh"
 
 // --- 1. The kernel ----------------------------------------------------------------------
-using MyConfig = vxqa::DecodeConfig</*HeadDim=*/128, vxqa::KvType::kE5M2, /*Warps=*/2, /*Stages=*/1,
-                                    /*PageSize=*/32>;
+using MyConfig = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::PageSize<32>>;
 static_assert(MyConfig::kThreads == 64, "2 warps a CTA");
 static_assert(MyConfig::kPageSize == 32, "the page size is a compile-time constant");
 

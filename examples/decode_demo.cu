@@ -21,7 +21,7 @@
 
 namespace {
 
-using Config = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 0>;
+using Config = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
 
 struct Options {
   int batch = 16, context = 17800, page = 800, group = 6, kv_heads = 1;

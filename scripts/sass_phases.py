@@ -14,8 +14,8 @@ innermost frame, `-g`), innermost frame first:
   convert    numeric/e5m2.cuh (E5M2 -> fp16)
   publish    pipeline/smem_publisher.cuh (register stages -> shared memory)
   qk / pv    the QK and PV consumers and their MMA atoms
-  softmax    online_softmax / register_softmax / movmatrix, and the kernel's score and
-             rescale lines
+  softmax    online_softmax / register_softmax / movmatrix, the attention variant's score
+             (attention_variant.cuh), and the kernel's score and rescale lines
   pages      the block-table lookups (paged_kv.cuh, lane_row_offset)
   sync       BAR, WARPSYNC, DEPBAR, NOP (opcode wins over the source line)
   other      loop control and address arithmetic the chain gives to no piece
@@ -30,6 +30,11 @@ not found (with or without --check: a cubin that yields no row is never a pass);
 also exits 1 where inline chains exist (not sm_90) and more than a quarter of a loop is
 `other` (the attribution would say little). test/sm70/fixtures/ holds a crafted
 `nvdisasm` dump for the failing cases (ctest sass_phases.*). Python 3 standard library only.
+
+--baseline FILE also exits 1 where a kernel FILE lists is missing or has other counts (in
+all or in any phase): CI's sass.phases checks the Configs of test/sm70/decode_d*.cu against
+test/sm70/sass_phases_baseline.txt, so that a change meant to cost nothing when it is off
+(a variant, an option) shows that it does. --write-baseline FILE writes the rows read.
 """
 
 import argparse
@@ -49,7 +54,7 @@ FILE_PHASES = [
     (r"pipeline/smem_publisher\.cuh$", "publish"),
     (r"mma/(sm80_)?qk_consumer\.cuh$", "qk"),
     (r"mma/(sm80_)?pv_consumer\.cuh$", "pv"),
-    (r"softmax/(online|register)_softmax\.cuh$|arch/movmatrix\.cuh$", "softmax"),
+    (r"softmax/(online|register)_softmax\.cuh$|arch/movmatrix\.cuh$|kernel/attention_variant\.cuh$", "softmax"),
     (r"paged/paged_kv\.cuh$", "pages"),
 ]
 # Lines of the kernel bodies, by what they call.
@@ -61,7 +66,7 @@ LINE_PHASES = [
     (r"softmax|store_scores|rescale|alpha|qk_scale_log2", "softmax"),
     (r"row_offset", "pages"),
 ]
-KERNEL_FILES = re.compile(r"kernel/(decode_kernel|decode_cta_sm80|decode_cta_common)\.cuh$")
+KERNEL_FILES = re.compile(r"kernel/(decode_kernel|decode_cta_sm70|decode_cta_sm80|decode_cta_common)\.cuh$")
 SYNC_OPS = [sass_audit.OpPattern(p) for p in ("BAR", "WARPSYNC", "DEPBAR", "NOP", "BSSY", "BSYNC")]
 FRAME_RE = re.compile(r'//## File "([^"]+)", line (\d+)')
 FUNC_RE = re.compile(r"^//-+ \.text\.(\S+) -+$")
@@ -158,16 +163,47 @@ def config_of(demangled):
     return int(m.group(1)), element_bytes[m.group(2)]
 
 
+BASELINE_HEADER = ("# sass_phases.py --write-baseline: cubin, arch, kernel, then the main loop's instructions\n"
+                   "# in all and per phase (%s).\n"
+                   "# A change to these counts is a change to the kernels' SASS: regenerate it only on purpose,\n"
+                   "# and say why in docs/performance.md.\n" % ", ".join(PHASES))
+
+
+def check_baseline(path, rows):
+    """True when every kernel of the baseline file is among `rows` with the same counts."""
+    ok = True
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            cubin, arch, kernel, *numbers = line.rstrip("\n").split("\t")
+            want = [int(n) for n in numbers]
+            got = rows.get((cubin, arch, kernel))
+            if got is None:
+                print("baseline: %s %s %s is in no cubin read" % (cubin, arch, kernel))
+                ok = False
+            elif got != want:
+                diff = ", ".join("%s %d -> %d" % (name, w, g)
+                                 for name, w, g in zip(["instr"] + PHASES, want, got) if w != g)
+                print("baseline: %s %s %s changed: %s" % (cubin, arch, kernel, diff))
+                ok = False
+    print("baseline %s: %s" % (path, "every kernel's counts as committed" if ok else "DIFFERS"))
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvdisasm", default=os.environ.get("VXQA_NVDISASM") or shutil.which("nvdisasm"))
     ap.add_argument("--kernel", default=r"decode_kernel")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--baseline", help="fail where a kernel of this file has other per-phase counts, or is missing")
+    ap.add_argument("--write-baseline", help="write every row's per-phase counts to this file")
     ap.add_argument("cubins", nargs="+")
     args = ap.parse_args()
     if not args.nvdisasm:
         sys.exit("no nvdisasm: pass --nvdisasm (CUDA 11.8's reads sm_70..sm_90 cubins)")
     source, failed = Source(), False
+    rows = {}  # (cubin, arch, kernel) -> [total] + the phases' counts, for the baseline
     print("phase counts of the decode main loop (one pass = one warp tile), from nvdisasm -gi")
     print("%-10s %-6s %-60s %5s %5s %s  %s" % ("cubin", "arch", "kernel", "tile", "instr",
                                              " ".join("%7s" % p for p in PHASES), "instr/KiB"))
@@ -205,6 +241,7 @@ def main():
             tokens = 32 if sm70_body else 16
             kib = tokens * cfg[0] * cfg[1] * 2 / 1024 if cfg else float("nan")
             total = len(loop)
+            rows[(os.path.basename(path), arch, title.strip())] = [total] + [counts[p] for p in PHASES]
             print("%-10s %-6s %-60s %5d %5d %s  %7.1f" % (os.path.basename(path)[:10], arch, title[:60], tokens, total,
                                                       " ".join("%7d" % counts[p] for p in PHASES), total / kib))
             if arch == "sm70" and cfg:
@@ -218,6 +255,13 @@ def main():
             if args.check and counts["other"] > total / 4 and not arch.startswith("sm9"):
                 print("  more than a quarter of the loop is unattributed")
                 failed = True
+    if args.write_baseline:
+        with open(args.write_baseline, "w") as f:
+            f.write(BASELINE_HEADER)
+            for key in sorted(rows):
+                f.write("\t".join(list(key) + [str(n) for n in rows[key]]) + "\n")
+    if args.baseline and not check_baseline(args.baseline, rows):
+        failed = True
     if failed:
         print("sass_phases: FAILED (see the rows above)")
     return 1 if failed else 0

@@ -15,6 +15,7 @@
 namespace {
 
 using vxqa::DecodeConfig;
+namespace opt = vxqa::opt;
 using vxqa::KvType;
 
 // ---------------------------------------------------------------------------------------
@@ -33,7 +34,7 @@ constexpr int smem_formula(int d, int elem_bytes, int warps) {
 static_assert(smem_formula(256, 2, 5) <= 96 * 1024, "D256 fp16 fits 5 warps");
 static_assert(smem_formula(256, 2, 6) > 96 * 1024, "but not 6");
 static_assert(smem_formula(256, 2, 8) == 150144 && smem_formula(256, 2, 8) > vxqa::kSm70MaxSmemBytes,
-              "DecodeConfig<256, kFp16, 8> (test/compile_fail/smem_over_budget.cu) is over the budget");
+              "DecodeConfig<256, kFp16, opt::Warps<8>> (test/compile_fail/smem_over_budget.cu) is over the budget");
 static_assert(vxqa::kSm70MaxSmemBytes == 98304, "96 KB");
 
 template <class C, int kD, KvType kKv, int kWarps, int kStages, int kPage, int kExpectSmem, int kExpectPieceTokens>
@@ -81,11 +82,11 @@ constexpr bool check_config() {
 static_assert(check_config<DecodeConfig<64, KvType::kE5M2>, 64, KvType::kE5M2, 4, 1, 0, 16768, 32>(), "");
 static_assert(check_config<DecodeConfig<128, KvType::kE5M2>, 128, KvType::kE5M2, 4, 1, 0, 25984, 32>(), "");
 static_assert(check_config<DecodeConfig<256, KvType::kE5M2>, 256, KvType::kE5M2, 4, 1, 0, 44416, 32>(), "");
-static_assert(check_config<DecodeConfig<256, KvType::kE5M2, 8, 1, 800>, 256, KvType::kE5M2, 8, 1, 800, 84608, 32>(), "");
-static_assert(check_config<DecodeConfig<64, KvType::kFp16, 1>, 64, KvType::kFp16, 1, 1, 0, 7104, 32>(), "");
-static_assert(check_config<DecodeConfig<128, KvType::kFp16, 8, 2>, 128, KvType::kFp16, 8, 2, 0, 82560, 32>(), "");
-static_assert(check_config<DecodeConfig<256, KvType::kFp16, 4, 1, 16>, 256, KvType::kFp16, 4, 1, 16, 77184, 16>(), "");
-static_assert(check_config<DecodeConfig<256, KvType::kFp16, 5, 1>, 256, KvType::kFp16, 5, 1, 0, 95424, 16>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kE5M2, opt::Warps<8>, opt::PageSize<800>>, 256, KvType::kE5M2, 8, 1, 800, 84608, 32>(), "");
+static_assert(check_config<DecodeConfig<64, KvType::kFp16, opt::Warps<1>>, 64, KvType::kFp16, 1, 1, 0, 7104, 32>(), "");
+static_assert(check_config<DecodeConfig<128, KvType::kFp16, opt::Warps<8>, opt::Sm70Stages<2>>, 128, KvType::kFp16, 8, 2, 0, 82560, 32>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kFp16, opt::PageSize<16>>, 256, KvType::kFp16, 4, 1, 16, 77184, 16>(), "");
+static_assert(check_config<DecodeConfig<256, KvType::kFp16, opt::Warps<5>>, 256, KvType::kFp16, 5, 1, 0, 95424, 16>(), "");
 static_assert(DecodeConfig<256, KvType::kFp16>::kPiecesPerTile == 2, "D256 fp16: two 16-token pieces");
 static_assert(DecodeConfig<128, KvType::kFp16>::kPiecesPerTile == 1, "D128 fp16: 8 KB tile, one piece");
 

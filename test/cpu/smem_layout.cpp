@@ -23,7 +23,7 @@ using vxqa_test::conflict_ways;
 using vxqa_test::kInactive;
 
 
-// Float index of a head's (m, l) in a warp's merge area, as DecodeCta indexes merge_ml (its
+// Float index of a head's (m, l) in a warp's merge area, as DecodeCtaSm70 indexes merge_ml (its
 // stores) and warp_ml (merge_and_write's reads).
 int merge_m_index(int head) { return head; }
 int merge_l_index(int head) { return 8 + head; }
@@ -105,7 +105,7 @@ void check_geometry() {
   REQUIRE(int(k_places.size()) == G::kTokens * G::kChunksPerRow);
   REQUIRE(int(v_places.size()) == G::kTokens * G::kRowBytes / V::kGranule);
 
-  // S stores (STS.64, DecodeCta::store_scores): accumulators i, i + 1 (i even) are adjacent
+  // S stores (STS.64, DecodeCtaSm70::store_scores): accumulators i, i + 1 (i even) are adjacent
   // tokens of one head row; together the stores write each of the 8 x 32 scores once.
   using S = pipeline::ScoreTileLayout;
   std::set<int> s_written;
@@ -145,7 +145,7 @@ void check_geometry() {
       REQUIRE(conflict_ways(a, 8) == 1);
     }
   REQUIRE(int(o_written.size()) == 8 * D);
-  // Merge reads (DecodeCta::merge_and_write): thread t takes (head, dim) = (t / D, t % D),
+  // Merge reads (DecodeCtaSm70::merge_and_write): thread t takes (head, dim) = (t / D, t % D),
   // so a warp reads 32 consecutive dims of one head: O word by word, m and l broadcast.
   for (int first = 0; first < 8 * D; first += 32) {
     std::vector<int> o(32), m(32), l_sum(32);
@@ -201,7 +201,7 @@ TEST_CASE("softmax reads and writes of S and P are conflict-free", "[smem_layout
 }
 
 TEST_CASE("alpha, merge m and l stores and alpha reads are conflict-free", "[smem_layout]") {
-  // Lanes of part 0 store their row's alpha (online_softmax_step), then m and l (DecodeCta).
+  // Lanes of part 0 store their row's alpha (online_softmax_step), then m and l (DecodeCtaSm70).
   std::vector<int> alpha(32, kInactive), m(32, kInactive), l_sum(32, kInactive);
   std::set<int> stored_rows;
   for (int l = 0; l < 32; ++l) {
@@ -216,7 +216,7 @@ TEST_CASE("alpha, merge m and l stores and alpha reads are conflict-free", "[sme
   CHECK(conflict_ways(alpha, 4) == 1);
   CHECK(conflict_ways(m, 4) == 1);
   CHECK(conflict_ways(l_sum, 4) == 1);
-  // DecodeCta::rescale: alpha of the accumulators' two rows.
+  // DecodeCtaSm70::rescale: alpha of the accumulators' two rows.
   std::vector<int> a0(32), a2(32);
   for (int l = 0; l < 32; ++l) {
     a0[l] = 4 * mma::c_row(l, 0);

@@ -277,25 +277,25 @@ TEST_CASE("validate: a valid step passes; every field broken alone is named, E5M
 }
 
 TEST_CASE("validate: every field, fp16 D256", "[validate]") {
-  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 1>>(16);
-  check_every_field<DecodeConfig<256, KvType::kFp16, 4, 1>>(784);
+  check_every_field<DecodeConfig<256, KvType::kFp16>>(16);
+  check_every_field<DecodeConfig<256, KvType::kFp16>>(784);
 }
 
 TEST_CASE("validate: every field, fp16 D128 2 stages", "[validate]") {
   // D = 256 takes one stage only (two spill); D = 128 fp16 takes two, at the register limit.
-  using Config = DecodeConfig<128, KvType::kFp16, 4, 2>;
+  using Config = DecodeConfig<128, KvType::kFp16, opt::Sm70Stages<2>>;
   static_assert(Config::kStages == 2, "this case is about a two-stage Config");
   check_every_field<Config>(16);
   check_every_field<Config>(784);
 }
 
 TEST_CASE("validate: every field, E5M2 D64 with a compile-time page of 16", "[validate]") {
-  using Config = DecodeConfig<64, KvType::kE5M2, 2, 1, 16>;
+  using Config = DecodeConfig<64, KvType::kE5M2, opt::Warps<2>, opt::PageSize<16>>;
   check_every_field<Config>(16);
 }
 
 TEST_CASE("validate: a page size other than the Config's compile-time one is rejected", "[validate]") {
-  using Config = DecodeConfig<64, KvType::kE5M2, 2, 1, 16>;
+  using Config = DecodeConfig<64, KvType::kE5M2, opt::Warps<2>, opt::PageSize<16>>;
   for (const int page_size : {8, 17, 32, 800}) {
     INFO("page_size " << page_size);
     Step s = valid_step<Config>(16);
@@ -308,7 +308,7 @@ TEST_CASE("validate: a page size other than the Config's compile-time one is rej
     CHECK(st.field() == "page_size");
     CHECK_FALSE(st.message().empty());
     // The same step is fine for a run-time page Config.
-    CHECK(run<DecodeConfig<64, KvType::kE5M2, 2, 1, 0>>(s).ok());
+    CHECK(run<DecodeConfig<64, KvType::kE5M2, opt::Warps<2>>>(s).ok());
   }
 }
 
@@ -479,8 +479,8 @@ TEST_CASE("make_decode_plan gives a plan validate accepts, for several Configs a
   for (const int ctx : {1, 127, 128, 129, 4096, 17800, 262144})
     for (const int batch : {1, 4, 16}) {
       check(DecodeConfig<256, KvType::kE5M2>{}, batch, ctx, 1, 6, 80);
-      check(DecodeConfig<128, KvType::kFp16, 2>{}, batch, ctx, 8, 16, 132);
-      check(DecodeConfig<64, KvType::kE5M2, 8, 1, 16>{}, batch, ctx, 4, 1, 1);
+      check(DecodeConfig<128, KvType::kFp16, opt::Warps<2>>{}, batch, ctx, 8, 16, 132);
+      check(DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::PageSize<16>>{}, batch, ctx, 4, 1, 1);
     }
 }
 
@@ -539,3 +539,108 @@ TEST_CASE("make_decode_plan bounds max_context so that a chunk's end cannot wrap
   CHECK(st.field() == "max_context");
   CHECK(make_decode_plan<Config>(1, INT32_MAX, 1, 6, 80, &plan).field() == "max_context");
 }
+
+// The variant's run-time values: each off passes on any Config; on, it needs a Config with
+// its flag, and a value in range; each bad one is named.
+TEST_CASE("validate: the variant's values, each named when it is bad", "[validate]") {
+  using Plain = DecodeConfig<128, KvType::kE5M2>;
+  using All = DecodeConfig<128, KvType::kE5M2, opt::Variant<kAllVariantFlags>>;
+  using WindowOnly = DecodeConfig<128, KvType::kE5M2, opt::Variant<kSlidingWindow>>;
+  const float* sinks = fake<const float>(0x7f0000060000);
+  {  // all off: every Config takes it
+    CHECK(run<Plain>(valid_step<Plain>()).ok());
+    CHECK(run<All>(valid_step<All>()).ok());
+  }
+  {  // all on, with a Config that has them
+    Step s = valid_step<All>();
+    s.params.sliding_window = 100;
+    s.params.logit_softcap = 30.f;
+    s.params.sinks = sinks;
+    CHECK(run<All>(s).ok());
+  }
+  const std::vector<Breakage> broken = {
+      {"a window given to a Config without one", "sliding_window", [](Step& s) { s.params.sliding_window = 4; }},
+      {"a soft-cap given to a Config without one", "logit_softcap", [](Step& s) { s.params.logit_softcap = 5.f; }},
+      {"sinks given to a Config without them", "sinks",
+       [sinks](Step& s) { s.params.sinks = sinks; }},
+  };
+  for (const Breakage& b : broken) {
+    INFO(b.what);
+    Step plain = valid_step<Plain>();
+    b.apply(plain);
+    CHECK(run<Plain>(plain).field() == b.field);
+    Step window_only = valid_step<WindowOnly>();
+    b.apply(window_only);
+    CHECK((b.field == "sliding_window" ? run<WindowOnly>(window_only).ok()
+                                       : run<WindowOnly>(window_only).field() == b.field));
+  }
+  const std::vector<Breakage> bad_values = {
+      {"a negative window", "sliding_window", [](Step& s) { s.params.sliding_window = -1; }},
+      {"a negative soft-cap", "logit_softcap", [](Step& s) { s.params.logit_softcap = -1.f; }},
+      {"a NaN soft-cap", "logit_softcap", [](Step& s) { s.params.logit_softcap = kNaN; }},
+      {"an infinite soft-cap", "logit_softcap",
+       [](Step& s) { s.params.logit_softcap = std::numeric_limits<float>::infinity(); }},
+      {"a soft-cap whose log2(e) multiple overflows", "logit_softcap", [](Step& s) { s.params.logit_softcap = 3e38f; }},
+      {"a soft-cap so small that the score's factor overflows", "logit_softcap",
+       [](Step& s) { s.params.logit_softcap = std::numeric_limits<float>::denorm_min(); }},
+      {"misaligned sinks", "sinks", [sinks](Step& s) { s.params.sinks = nudge(sinks, 2); }},
+  };
+  for (const Breakage& b : bad_values) {
+    INFO(b.what);
+    Step s = valid_step<All>();
+    b.apply(s);
+    CHECK(run<All>(s).field() == b.field);
+  }
+}
+
+TEST_CASE("a plan for windows: chunks over the window's span, and the window bounded by it", "[validate]") {
+  using All = DecodeConfig<128, KvType::kE5M2, opt::Variant<kAllVariantFlags>>;
+  using Plain = DecodeConfig<128, KvType::kE5M2>;
+  CHECK(plan_span(4096, 0) == 4096);
+  CHECK(plan_span(4096, 100) == 100 + kWindowChunkAlign - 1);
+  CHECK(plan_span(4096, 4090) == 4096);
+  CHECK(plan_span(100, 1) == 16);
+  DecodePlan plan;
+  REQUIRE(make_decode_plan<All>(8, 4096, 2, 6, 80, &plan, 64, 4, 1, 100).ok());
+  CHECK(plan.max_window == 100);
+  CHECK(plan.num_chunks == 2);  // 115 keys at most: two chunks of 64
+  CHECK(make_decode_plan<Plain>(8, 4096, 2, 6, 80, &plan, 64, 4, 1, 100).field() == "max_window");
+  CHECK(make_decode_plan<All>(8, 4096, 2, 6, 80, &plan, 64, 4, 1, -1).field() == "max_window");
+
+  Step s = valid_step<All>();
+  REQUIRE(make_decode_plan<All>(8, 4096, 2, 6, 80, &s.plan, 64, 4, 1, 100).ok());
+  s.workspace_bytes = s.plan.workspace_bytes;
+  s.params.sliding_window = 100;
+  CHECK(run<All>(s).ok());
+  s.params.sliding_window = 1;
+  CHECK(run<All>(s).ok());
+  s.params.sliding_window = 101;  // more than the plan's chunks cover
+  CHECK(run<All>(s).field() == "sliding_window");
+  s.params.sliding_window = 0;  // the whole context: neither
+  CHECK(run<All>(s).field() == "sliding_window");
+  s.params.sliding_window = 100;
+  s.plan.num_chunks = 64;  // a plan whose chunks are not its span's
+  CHECK(run<All>(s).field() == "plan.num_chunks");
+  s.plan.num_chunks = 2;
+  s.plan.max_window = 5;  // the plan changed under its chunk count
+  CHECK(run<All>(s).field() == "plan.num_chunks");
+  DecodePlan plain_plan = s.plan;
+  plain_plan.max_window = 100;
+  Step plain = valid_step<Plain>();
+  plain.plan = plain_plan;
+  CHECK(run<Plain>(plain).field() == "plan.max_window");
+}
+
+// A Config spells only the options it changes, in any order; each lands where it should.
+static_assert(DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>, opt::Warps<2>>::kWarps == 2 &&
+                  DecodeConfig<128, KvType::kE5M2, opt::Warps<2>, opt::PageSize<16>>::kPageSize == 16,
+              "options in any order");
+static_assert(DecodeConfig<128, KvType::kE5M2>::kWarps == 4 && DecodeConfig<128, KvType::kE5M2>::kStages == 1 &&
+                  DecodeConfig<128, KvType::kE5M2>::kPageSize == 0 &&
+                  DecodeConfig<128, KvType::kE5M2>::kQo == ActType::kFp16 &&
+                  DecodeConfig<128, KvType::kE5M2>::kChecksPageIds &&
+                  DecodeConfig<128, KvType::kE5M2>::Variant::kVariantFlags == 0u,
+              "the defaults");
+static_assert(DecodeConfig<128, KvType::kE5M2, opt::Variant<kSlidingWindow | kAttentionSinks>>::Variant::kSinks &&
+                  !DecodeConfig<128, KvType::kE5M2, opt::Variant<kSlidingWindow>>::Variant::kSinks,
+              "the variant's flags");

@@ -11,8 +11,8 @@ namespace {
 
 using vxqa::ActType;
 
-template <int D, vxqa::KvType Kv, int Page = 0>
-using Bf16Config = vxqa::DecoderConfig<D, Kv, 4, Page, ActType::kBf16>;
+template <int D, vxqa::KvType Kv, class... Options>
+using Bf16Config = vxqa::DecodeConfig<D, Kv, Options..., vxqa::opt::QoType<ActType::kBf16>>;
 
 int longest(const vxqa::reference::RandomProblem& p) {
   return std::max(1, *std::max_element(p.seq_lens.begin(), p.seq_lens.end()));
@@ -51,12 +51,12 @@ TEST_CASE("bf16 q and out decode like the reference, every head dim and cache ty
     bf16_matches_reference<Bf16Config<64, vxqa::KvType::kE5M2>>(o, seed++);
   }
   {
-    auto o = vxqa_test::aligned_options<Bf16Config<128, vxqa::KvType::kE5M2, 16>>();
+    auto o = vxqa_test::aligned_options<Bf16Config<128, vxqa::KvType::kE5M2, vxqa::opt::PageSize<16>>>();
     o.group = 8;
     o.kv_heads = 2;
     o.batch = 3;
     o.max_seq_len = 1500;
-    bf16_matches_reference<Bf16Config<128, vxqa::KvType::kE5M2, 16>>(o, seed++);
+    bf16_matches_reference<Bf16Config<128, vxqa::KvType::kE5M2, vxqa::opt::PageSize<16>>>(o, seed++);
   }
   {
     auto o = vxqa_test::aligned_options<Bf16Config<256, vxqa::KvType::kE5M2>>();

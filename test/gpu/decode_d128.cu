@@ -5,11 +5,11 @@ using namespace vxqa_test;
 using E5m2Runtime = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
 using Fp16Runtime = vxqa::DecodeConfig<128, vxqa::KvType::kFp16>;
 using E5m2ConvertAtPublish =
-    vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kPublish>;
+    vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>>;
 // Two register stages: each warp keeps two pieces of its K/V stream in flight (D = 128
 // takes 1 or 2 stages; more than the 2 pieces of a tile is rejected).
-using E5m2TwoStages = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 2>;
-using Fp16TwoStages = vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 4, 2>;
+using E5m2TwoStages = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Sm70Stages<2>>;
+using Fp16TwoStages = vxqa::DecodeConfig<128, vxqa::KvType::kFp16, vxqa::opt::Sm70Stages<2>>;
 
 TEST_CASE("D128 E5M2: groups x page sizes x edge lengths", "[decode_d128]") {
   sweep_groups_and_pages<E5m2Runtime>({1, 2, 4, 6, 8, 12, 16}, {16, 64, 784, 800}, 6000);

@@ -3,10 +3,10 @@
 
 using namespace vxqa_test;
 using E5m2Runtime = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
-using E5m2Page800 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 800>;
-using Fp16Runtime = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, 2>;
+using E5m2Page800 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::PageSize<800>>;
+using Fp16Runtime = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>;
 using E5m2ConvertAtPublish =
-    vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish>;
+    vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>>;
 
 TEST_CASE("D256 E5M2: groups x page sizes x edge lengths, split and combine", "[decode_d256]") {
   sweep_groups_and_pages<E5m2Runtime>({1, 2, 4, 6, 8, 12, 16}, {16, 64, 784, 800}, 1000);

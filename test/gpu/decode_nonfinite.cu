@@ -18,7 +18,7 @@ using namespace vxqa_test;
 namespace {
 
 using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
-using Fp16D256 = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, 2>;
+using Fp16D256 = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>;
 
 constexpr uint16_t kHalfNan = 0x7E00, kHalfInf = 0x7C00, kHalfOne = 0x3C00;
 

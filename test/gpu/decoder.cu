@@ -9,10 +9,10 @@
 
 namespace {
 
-using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 1, 16>,
+using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::opt::PageSize<16>>,
                               vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>,
-                              vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 2>,
-                              vxqa::DecoderConfig<64, vxqa::KvType::kE5M2, 4, 0, vxqa::ActType::kBf16>>;
+                              vxqa::DecodeConfig<128, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>,
+                              vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::opt::QoType<vxqa::ActType::kBf16>>>;
 
 vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_context) {
   vxqa::DecoderShape s;

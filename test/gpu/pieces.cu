@@ -506,9 +506,9 @@ TEST_CASE("RegisterPiece::load + SmemPublisher::store_k/store_v: bytes land wher
 TEST_CASE("SmemPublisher with ConvertAt::kPublish widens E5M2 to fp16 where the layouts say",
           "[pieces]") {
   using vxqa::ConvertAt;
-  check_staging<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>>(410);
-  check_staging<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>>(411);
-  check_staging<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>(412);
+  check_staging<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::opt::Convert<ConvertAt::kPublish>>>(410);
+  check_staging<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Convert<ConvertAt::kPublish>>>(411);
+  check_staging<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::Convert<ConvertAt::kPublish>>>(412);
 }
 
 TEST_CASE("combine: many chunks against one chunk on the same problem", "[pieces]") {

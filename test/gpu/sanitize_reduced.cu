@@ -30,7 +30,7 @@ TEST_CASE("reduced matrix: D256 E5M2", "[sanitize_reduced]") {
   reduced<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>>(100);
 }
 TEST_CASE("reduced matrix: D128 E5M2 converted at publish", "[sanitize_reduced]") {
-  reduced<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kPublish>>(200);
+  reduced<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>>>(200);
 }
 TEST_CASE("reduced matrix: D64 fp16", "[sanitize_reduced]") {
   reduced<vxqa::DecodeConfig<64, vxqa::KvType::kFp16>>(300);

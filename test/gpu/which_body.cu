@@ -29,38 +29,41 @@ namespace {
 using vxqa::ActType;
 using vxqa::ConvertAt;
 using vxqa::DecodeConfig;
-using vxqa::DecoderConfig;
+namespace opt = vxqa::opt;
 using vxqa::KvType;
 using vxqa_test::DeviceBuffer;
 
 // The Configs the GPU suite instantiates (each with the build's default atom), and where.
 #define VXQA_SUITE_CONFIGS(X)                                                                   \
-  /* decode_d64, decode_errors, decode_nonfinite, decoder, pieces, decode_bf16 */              \
-  X(DecodeConfig<64, KvType::kE5M2>)                                                            \
-  X(DecodeConfig<64, KvType::kFp16>)                                                            \
-  X(DecodeConfig<64, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>)                              \
-  X(DecodeConfig<64, KvType::kE5M2, 4, 2>)                                                      \
-  X(DecodeConfig<64, KvType::kFp16, 4, 2>)                                                      \
-  X(DecodeConfig<64, KvType::kE5M2, 4, 1, 16>)                                                  \
-  X(DecoderConfig<64, KvType::kE5M2, 4, 0, ActType::kBf16>)                                     \
-  /* decode_d128, append_kv, decode_errors, decode_nonfinite, decode_invariants, decoder,    */ \
-  /* decode_bf16, sanitize_reduced                                                           */ \
-  X(DecodeConfig<128, KvType::kE5M2>)                                                           \
-  X(DecodeConfig<128, KvType::kFp16>)                                                           \
-  X(DecodeConfig<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>)                             \
-  X(DecodeConfig<128, KvType::kE5M2, 4, 2>)                                                     \
-  X(DecodeConfig<128, KvType::kFp16, 4, 2>)                                                     \
-  X(DecodeConfig<128, KvType::kFp16, 2>)                                                        \
-  X(DecoderConfig<128, KvType::kE5M2, 4, 16, ActType::kBf16>)                                   \
-  X(DecoderConfig<128, KvType::kFp16, 4, 0, ActType::kBf16>)                                    \
-  /* decode_d256, context_reset, decode_invariants, decode_nonfinite, decode_bf16,           */ \
-  /* sanitize_reduced                                                                        */ \
-  X(DecodeConfig<256, KvType::kE5M2>)                                                           \
-  X(DecodeConfig<256, KvType::kE5M2, 4, 1, 800>)                                                \
-  X(DecodeConfig<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>)                             \
-  X(DecodeConfig<256, KvType::kFp16>)                                                           \
-  X(DecodeConfig<256, KvType::kFp16, 2>)                                                        \
-  X(DecoderConfig<256, KvType::kE5M2, 4, 0, ActType::kBf16>)
+  /* decode_d64, decode_errors, decode_nonfinite, decoder, pieces, decode_bf16, decode_variants */\
+  X(DecodeConfig<64, KvType::kE5M2>)                                                          \
+  X(DecodeConfig<64, KvType::kFp16>)                                                          \
+  X(DecodeConfig<64, KvType::kE5M2, opt::Convert<ConvertAt::kPublish>>)                       \
+  X(DecodeConfig<64, KvType::kE5M2, opt::Sm70Stages<2>>)                                      \
+  X(DecodeConfig<64, KvType::kFp16, opt::Sm70Stages<2>>)                                      \
+  X(DecodeConfig<64, KvType::kE5M2, opt::PageSize<16>>)                                       \
+  X(DecodeConfig<64, KvType::kE5M2, opt::QoType<ActType::kBf16>>)                             \
+  X(DecodeConfig<64, KvType::kFp16, opt::PageSize<16>, opt::Variant<vxqa::kAllVariantFlags>>)\
+  /* decode_d128, append_kv, decode_errors, decode_nonfinite, decode_invariants, decoder,    */\
+  /* decode_bf16, sanitize_reduced                                                           */\
+  X(DecodeConfig<128, KvType::kE5M2>)                                                         \
+  X(DecodeConfig<128, KvType::kFp16>)                                                         \
+  X(DecodeConfig<128, KvType::kE5M2, opt::Convert<ConvertAt::kPublish>>)                      \
+  X(DecodeConfig<128, KvType::kE5M2, opt::Sm70Stages<2>>)                                     \
+  X(DecodeConfig<128, KvType::kFp16, opt::Sm70Stages<2>>)                                     \
+  X(DecodeConfig<128, KvType::kFp16, opt::Warps<2>>)                                          \
+  X(DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>, opt::QoType<ActType::kBf16>>)         \
+  X(DecodeConfig<128, KvType::kFp16, opt::QoType<ActType::kBf16>>)                            \
+  X(DecodeConfig<128, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>)                  \
+  /* decode_d256, context_reset, decode_invariants, decode_nonfinite, decode_bf16,           */\
+  /* sanitize_reduced                                                                        */\
+  X(DecodeConfig<256, KvType::kE5M2>)                                                         \
+  X(DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>)                                     \
+  X(DecodeConfig<256, KvType::kE5M2, opt::Warps<2>, opt::Convert<ConvertAt::kPublish>>)       \
+  X(DecodeConfig<256, KvType::kFp16>)                                                         \
+  X(DecodeConfig<256, KvType::kFp16, opt::Warps<2>>)                                          \
+  X(DecodeConfig<256, KvType::kE5M2, opt::QoType<ActType::kBf16>>)                             \
+  X(DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>)
 
 constexpr vxqa::MmaAtom kDefaultAtom = VXQA_DEFAULT_MMA_ATOM;
 // The body this binary must run on sm_80+: the SM80 one unless the build forces the SM70 atom.

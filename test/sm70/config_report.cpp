@@ -138,16 +138,32 @@ struct Row {
   int threads, smem_bytes, min_ctas_per_sm;
 };
 
+// How the demangler writes an option of vxqa::opt, e.g. "vxqa::opt::Warps<2>".
+template <int N>
+std::string option_name(vxqa::opt::Warps<N>*) { return "vxqa::opt::Warps<" + std::to_string(N) + ">"; }
+template <int N>
+std::string option_name(vxqa::opt::Sm70Stages<N>*) { return "vxqa::opt::Sm70Stages<" + std::to_string(N) + ">"; }
+template <int N>
+std::string option_name(vxqa::opt::PageSize<N>*) { return "vxqa::opt::PageSize<" + std::to_string(N) + ">"; }
+template <vxqa::ConvertAt C>
+std::string option_name(vxqa::opt::Convert<C>*) {
+  return "vxqa::opt::Convert<(vxqa::pipeline::ConvertAt)" + std::to_string(int(C)) + ">";
+}
+// A name and the closing bracket of the template it ends: "> >" after a nested one.
+std::string close_template(const std::string& s) { return s + (s.back() == '>' ? " >" : ">"); }
+
+// The row of decode_kernel<DecodeConfig<D, Kv, Options...>>: `label` as the report prints it.
+template <int D, vxqa::KvType Kv, class... Options>
+Row row(vxqa::DecodeConfig<D, Kv, Options...>*, const char* label, int min_ctas_per_sm) {
+  using C = vxqa::DecodeConfig<D, Kv, Options...>;
+  std::string config = "vxqa::DecodeConfig<" + std::to_string(D) + ", (vxqa::KvType)" + std::to_string(int(Kv));
+  ((config += ", " + option_name(static_cast<Options*>(nullptr))), ...);
+  const std::string kernel = close_template("vxqa::decode_kernel<" + close_template(config)) + "(";
+  return Row{label, kernel, C::kThreads, C::kSmemBytes, min_ctas_per_sm};
+}
 template <class C>
 Row row(const char* label, int min_ctas_per_sm) {
-  const std::string kernel =
-      "vxqa::decode_kernel<vxqa::DecodeConfig<" + std::to_string(C::kHeadDim) + ", (vxqa::KvType)" +
-      std::to_string(int(C::kKv)) + ", " + std::to_string(C::kWarps) + ", " + std::to_string(C::kStages) +
-      ", " + std::to_string(C::kPageSize) + ", (vxqa::pipeline::ConvertAt)" +
-      std::to_string(int(C::kConvertAt)) + ", (vxqa::PageIdCheck)" + std::to_string(C::kChecksPageIds ? 0 : 1) +
-      ", (vxqa::MmaAtom)" + std::to_string(int(C::kAtom)) + ", " + std::to_string(C::kAsyncStages) +
-      ", (vxqa::ActType)" + std::to_string(int(C::kQo)) + "> >(";
-  return Row{label, kernel, C::kThreads, C::kSmemBytes, min_ctas_per_sm};
+  return row(static_cast<C*>(nullptr), label, min_ctas_per_sm);
 }
 
 // The Configs of test/sm70/decode_d*.cu and the CTAs per V100 SM each must keep: the seed
@@ -158,21 +174,23 @@ std::vector<Row> audited_rows() {
   using vxqa::ConvertAt;
   using vxqa::DecodeConfig;
   using vxqa::KvType;
+  namespace opt = vxqa::opt;
+  using Publish = opt::Convert<ConvertAt::kPublish>;
   return {
       row<DecodeConfig<256, KvType::kE5M2>>("DecodeConfig<256, E5M2>", 2),
-      row<DecodeConfig<256, KvType::kE5M2, 4, 1, 800>>("DecodeConfig<256, E5M2, 4, 1, 800>", 2),
-      row<DecodeConfig<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>("DecodeConfig<256, E5M2, 2, 1, 0, kPublish>", 2),
-      row<DecodeConfig<256, KvType::kFp16, 2>>("DecodeConfig<256, fp16, 2>", 2),
+      row<DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>>("DecodeConfig<256, E5M2, PageSize<800>>", 2),
+      row<DecodeConfig<256, KvType::kE5M2, opt::Warps<2>, Publish>>("DecodeConfig<256, E5M2, Warps<2>, Publish>", 2),
+      row<DecodeConfig<256, KvType::kFp16, opt::Warps<2>>>("DecodeConfig<256, fp16, Warps<2>>", 2),
       row<DecodeConfig<128, KvType::kE5M2>>("DecodeConfig<128, E5M2>", 3),
-      row<DecodeConfig<128, KvType::kE5M2, 4, 2>>("DecodeConfig<128, E5M2, 4, 2>", 3),
-      row<DecodeConfig<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>>("DecodeConfig<128, E5M2, 4, 1, 0, kPublish>", 2),
+      row<DecodeConfig<128, KvType::kE5M2, opt::Sm70Stages<2>>>("DecodeConfig<128, E5M2, Sm70Stages<2>>", 3),
+      row<DecodeConfig<128, KvType::kE5M2, Publish>>("DecodeConfig<128, E5M2, Publish>", 2),
       row<DecodeConfig<128, KvType::kFp16>>("DecodeConfig<128, fp16>", 2),
-      row<DecodeConfig<128, KvType::kFp16, 4, 2>>("DecodeConfig<128, fp16, 4, 2>", 2),
+      row<DecodeConfig<128, KvType::kFp16, opt::Sm70Stages<2>>>("DecodeConfig<128, fp16, Sm70Stages<2>>", 2),
       row<DecodeConfig<64, KvType::kE5M2>>("DecodeConfig<64, E5M2>", 5),
-      row<DecodeConfig<64, KvType::kE5M2, 4, 2>>("DecodeConfig<64, E5M2, 4, 2>", 4),
-      row<DecodeConfig<64, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>>("DecodeConfig<64, E5M2, 4, 1, 0, kPublish>", 3),
+      row<DecodeConfig<64, KvType::kE5M2, opt::Sm70Stages<2>>>("DecodeConfig<64, E5M2, Sm70Stages<2>>", 4),
+      row<DecodeConfig<64, KvType::kE5M2, Publish>>("DecodeConfig<64, E5M2, Publish>", 3),
       row<DecodeConfig<64, KvType::kFp16>>("DecodeConfig<64, fp16>", 3),
-      row<DecodeConfig<64, KvType::kFp16, 4, 2>>("DecodeConfig<64, fp16, 4, 2>", 3),
+      row<DecodeConfig<64, KvType::kFp16, opt::Sm70Stages<2>>>("DecodeConfig<64, fp16, Sm70Stages<2>>", 3),
   };
 }
 

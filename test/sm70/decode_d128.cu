@@ -17,7 +17,10 @@
 
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kFp16>>(const vxqa::DecodeKernelArgs);
-template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 1, 0, vxqa::ConvertAt::kPublish>>(const vxqa::DecodeKernelArgs);
-template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, 4, 2>>(const vxqa::DecodeKernelArgs);
-template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kFp16, 4, 2>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Sm70Stages<2>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kFp16, vxqa::opt::Sm70Stages<2>>>(const vxqa::DecodeKernelArgs);
+// Every attention variant flag (kernel/attention_variant.cuh).
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kAllVariantFlags>>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<128>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::combine_kernel<128, vxqa::ActType::kFp16, 64, vxqa::AttentionVariant<vxqa::kAllVariantFlags>>(const vxqa::DecodeKernelArgs);

@@ -16,8 +16,14 @@
 #include <vxqa/kernel/decode_kernel.cuh>
 
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>>(const vxqa::DecodeKernelArgs);
-template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 4, 1, 800>>(const vxqa::DecodeKernelArgs);
-template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kFp16, 2>>(const vxqa::DecodeKernelArgs);
-template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, 2, 1, 0, vxqa::ConvertAt::kPublish>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::PageSize<800>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>>>(const vxqa::DecodeKernelArgs);
+// The attention variants (kernel/attention_variant.cuh): each flag alone, and all of them.
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kSlidingWindow>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kLogitSoftCap>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kAttentionSinks>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kAllVariantFlags>>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256, vxqa::ActType::kFp16, 16>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::combine_kernel<256, vxqa::ActType::kFp16, 64, vxqa::AttentionVariant<vxqa::kAllVariantFlags>>(const vxqa::DecodeKernelArgs);

@@ -21,6 +21,7 @@ struct ConfigList {};
 using vxqa::ActType;
 using vxqa::ConvertAt;
 using vxqa::DecodeConfig;
+namespace opt = vxqa::opt;
 using vxqa::KvType;
 
 using vxqa::MmaAtom;
@@ -30,7 +31,7 @@ using vxqa::PageIdCheck;
 // the SM70 path's knobs.
 template <int D, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0, ConvertAt Convert = ConvertAt::kConsume,
           ActType Qo = ActType::kFp16>
-using Sm70 = DecodeConfig<D, Kv, Warps, Stages, PageSize, Convert, PageIdCheck::kOn, MmaAtom::kSm70, 0, Qo>;
+using Sm70 = DecodeConfig<D, Kv, opt::Warps<Warps>, opt::Sm70Stages<Stages>, opt::PageSize<PageSize>, opt::Convert<Convert>, opt::Atom<MmaAtom::kSm70>, opt::QoType<Qo>>;
 
 // Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
 // takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
@@ -38,24 +39,23 @@ using Sm70 = DecodeConfig<D, Kv, Warps, Stages, PageSize, Convert, PageIdCheck::
 // multiples of 16, 24 (default atom) and 40 (SM70 atom). Each line is one more decode and
 // combine instantiation in its head dim's translation unit (compile time).
 using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
-                              DecodeConfig<64, KvType::kE5M2, /*Warps*/ 2>,
+                              DecodeConfig<64, KvType::kE5M2, opt::Warps<2>>,
                               DecodeConfig<64, KvType::kFp16>,
                               Sm70<64, KvType::kE5M2>,
-                              DecodeConfig<64, KvType::kE5M2, 8, 1, /*PageSize*/ 24>,
+                              DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::PageSize<24>>,
                               Sm70<64, KvType::kFp16, /*Warps*/ 8, /*Stages*/ 2>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
-                               DecodeConfig<128, KvType::kE5M2, 4, 1, /*PageSize*/ 16>,
+                               DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>>,
                                DecodeConfig<128, KvType::kFp16>,
                                Sm70<128, KvType::kE5M2>, Sm70<128, KvType::kFp16>,
                                Sm70<128, KvType::kE5M2, 2, 2, /*PageSize*/ 40, ConvertAt::kPublish>,
                                Sm70<128, KvType::kFp16, 4, 2, 0, ConvertAt::kConsume, ActType::kBf16>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
-                               DecodeConfig<256, KvType::kE5M2, 4, 1, /*PageSize*/ 800>,
+                               DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>,
                                DecodeConfig<256, KvType::kFp16>,
                                Sm70<256, KvType::kE5M2>, Sm70<256, KvType::kFp16, 2>,
-                               DecodeConfig<256, KvType::kE5M2, 1, 1, 0, ConvertAt::kConsume, PageIdCheck::kOn,
-                                            MmaAtom::kAuto, /*AsyncStages*/ 3, ActType::kBf16>,
+                               DecodeConfig<256, KvType::kE5M2, opt::Warps<1>, opt::Atom<MmaAtom::kAuto>, opt::AsyncStages<3>, opt::QoType<ActType::kBf16>>,
                                Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>;
 
 // The plan Config makes for the case.

@@ -73,6 +73,9 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
   a.chunk_errors = plan.num_chunks > 1 ? reinterpret_cast<uint32_t*>(ws + w.chunk_errors) : nullptr;
   a.partial_o = reinterpret_cast<float*>(ws + w.partial_o);
+  a.window = p.sliding_window;
+  a.softcap_log2 = p.logit_softcap * 1.4426950408889634f;
+  a.sinks = p.sinks;
   return a;
 }
 
@@ -153,7 +156,8 @@ inline constexpr int kSm80PlanCtasPerSm = 2;
 inline constexpr int kSm80MinChunkRounds = 2;
 
 template <class Config>
-Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan) {
+Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan,
+                        int max_window = 0) {
   int device = 0, sms = 0, smem = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -164,18 +168,20 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   const Status opt_in = apply_smem_opt_in<Config>(smem);  // the occupancy query counts it
   if (!opt_in.ok()) return opt_in;
   if (!sm80_body)  // the SM70 body: its plan asks for 4 CTAs per SM (docs/performance.md)
-    return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, 4);
+    return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, 4, 1, max_window);
   int resident = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
   if (err != cudaSuccess) return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
   resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
   // Bad inputs get the plan's own error before any arithmetic on them.
-  const Status valid = make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident);
+  const Status valid =
+      make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident, 1, max_window);
   if (!valid.ok()) return valid;
   const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  const int chunk = choose_sm80_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles, Config::kSm80CtaTokens,
-                                             sms, resident, kSm80MinChunkRounds);
-  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident);
+  const int chunk = choose_sm80_chunk_tokens(max_batch, plan_span(max_context, max_window), num_kv_heads * m_tiles,
+                                             Config::kSm80CtaTokens, sms, resident, kSm80MinChunkRounds);
+  return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident, 1,
+                                  max_window);
 }
 
 // The combine kernel of a split plan's steps and its grid: (query heads, max_batch, slices
@@ -185,8 +191,9 @@ const void* combine_kernel_for(const DecodePlan& plan, int q_heads, dim3* grid) 
   constexpr int kD = Config::kHeadDim;
   const bool narrow = combine_slice_dims(plan.num_chunks) == 16;
   *grid = dim3(q_heads, plan.max_batch, narrow ? CombineShape<kD, 16>::kSlices : CombineShape<kD, 64>::kSlices);
-  return narrow ? reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 16>)
-                : reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 64>);
+  using Variant = typename Config::Variant;
+  return narrow ? reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 16, Variant>)
+                : reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 64, Variant>);
 }
 
 template <class Config>

@@ -22,20 +22,17 @@ namespace vxqa {
 template <class... Configs>
 struct ConfigList {};
 
-// A DecodeConfig with the defaults but for warps, page size and q/out type.
-template <int HeadDim, KvType Kv, int Warps, int PageSize, ActType Qo>
-using DecoderConfig = DecodeConfig<HeadDim, Kv, Warps, 1, PageSize, ConvertAt::kConsume, PageIdCheck::kOn,
-                                   VXQA_DEFAULT_MMA_ATOM, 0, Qo>;
-
 // The default list for one q/out type: head dims 64, 128, 256, E5M2 and fp16 caches, page
 // 16 at compile time for E5M2 (vLLM's default) and any other page size at run time.
 template <ActType Qo>
 using DefaultDecoderConfigsFor =
-    ConfigList<DecoderConfig<64, KvType::kE5M2, 4, 16, Qo>, DecoderConfig<128, KvType::kE5M2, 4, 16, Qo>,
-               DecoderConfig<256, KvType::kE5M2, 4, 16, Qo>, DecoderConfig<64, KvType::kE5M2, 4, 0, Qo>,
-               DecoderConfig<128, KvType::kE5M2, 4, 0, Qo>, DecoderConfig<256, KvType::kE5M2, 4, 0, Qo>,
-               DecoderConfig<64, KvType::kFp16, 4, 0, Qo>, DecoderConfig<128, KvType::kFp16, 4, 0, Qo>,
-               DecoderConfig<256, KvType::kFp16, 2, 0, Qo>>;
+    ConfigList<DecodeConfig<64, KvType::kE5M2, opt::PageSize<16>, opt::QoType<Qo>>,
+               DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>, opt::QoType<Qo>>,
+               DecodeConfig<256, KvType::kE5M2, opt::PageSize<16>, opt::QoType<Qo>>,
+               DecodeConfig<64, KvType::kE5M2, opt::QoType<Qo>>, DecodeConfig<128, KvType::kE5M2, opt::QoType<Qo>>,
+               DecodeConfig<256, KvType::kE5M2, opt::QoType<Qo>>, DecodeConfig<64, KvType::kFp16, opt::QoType<Qo>>,
+               DecodeConfig<128, KvType::kFp16, opt::QoType<Qo>>,
+               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>>>;
 
 template <class... Lists>
 struct ConcatConfigLists;

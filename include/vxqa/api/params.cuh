@@ -53,6 +53,19 @@ struct DecodeParams {
   const float* k_scale_ptr = nullptr;
   const float* v_scale_ptr = nullptr;
   float softmax_scale = 0.f;
+
+  // Attention variant. A value other than off needs a Config whose opt::Variant has its
+  // flag (kernel/attention_variant.cuh); a Config with the flag takes off as well.
+  // sliding_window > 0: the query at position p (len - 1) sees the keys p - W + 1 .. p only
+  // (vLLM's sliding_window; FlashInfer's window_left + 1); 0: the whole context. At most the
+  // plan's max_window when the plan has one.
+  int sliding_window = 0;
+  // logit_softcap > 0: each scaled score s = softmax_scale · q·k becomes cap · tanh(s / cap)
+  // (Gemma 2; FlashInfer's logits_soft_cap); 0: off.
+  float logit_softcap = 0.f;
+  // sinks: fp32 [Hq], device: one logit (natural log) a query head that joins its softmax
+  // denominator with no value row (gpt-oss), and its LSE; null: none.
+  const float* sinks = nullptr;
 };
 
 enum class StatusCode { kOk, kInvalidArgument, kCudaError };

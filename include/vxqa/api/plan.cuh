@@ -14,10 +14,13 @@ namespace vxqa {
 // `min_chunk_rounds` rounds long (4 suits the SM70 path; make_decode_plan without sm_count,
 // in api/decode.cuh, asks the device and picks for the path it runs). An explicit chunk is
 // a multiple of kChunkMultiple, which either body runs.
+// max_window > 0: every step's sliding window will be 1..max_window keys, and the chunks
+// cover only what a window reaches (plan_span): a windowed step costs what a step over
+// max_window keys costs. The Config must have the window (opt::Variant<kSlidingWindow>).
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
                         int sm_count, DecodePlan* plan, int chunk_tokens = 0, int ctas_per_sm = 4,
-                        int min_chunk_rounds = 1) {
+                        int min_chunk_rounds = 1, int max_window = 0) {
   if (!plan) return Status::invalid("plan", "is null");
   if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
   if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
@@ -27,6 +30,9 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (ctas_per_sm < 1) return Status::invalid("ctas_per_sm", "must be >= 1");
   if (min_chunk_rounds < 1 || min_chunk_rounds > 64)
     return Status::invalid("min_chunk_rounds", "must be in 1..64");
+  if (max_window < 0) return Status::invalid("max_window", "must be >= 0 (0: no window)");
+  if (max_window > 0 && !Config::Variant::kWindow)
+    return Status::invalid("max_window", "needs a Config with the sliding window (opt::Variant<kSlidingWindow>)");
   if (chunk_tokens < 0 || chunk_tokens % Config::kChunkMultiple != 0)
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
                                                std::to_string(Config::kChunkMultiple));
@@ -35,8 +41,9 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (max_batch > 65535) return Status::invalid("max_batch", "must be <= 65535 (grid limit)");
   if (int64_t(num_kv_heads) * m_tiles > 65535)
     return Status::invalid("num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
+  const int span = plan_span(max_context, max_window);
   const int chunk = chunk_tokens ? chunk_tokens
-                                 : choose_chunk_tokens(max_batch, max_context, num_kv_heads * m_tiles,
+                                 : choose_chunk_tokens(max_batch, span, num_kv_heads * m_tiles,
                                                        Config::kCtaTokens, ctas_per_sm * sm_count, min_chunk_rounds);
   if (!chunk_end_fits(max_context, chunk))
     return Status::invalid("max_context", std::to_string(max_context) + " plus the chunk (" +
@@ -47,7 +54,8 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   p.num_kv_heads = num_kv_heads;
   p.group_size = group_size;
   p.chunk_tokens = chunk;
-  p.num_chunks = static_cast<int>((int64_t(max_context) + p.chunk_tokens - 1) / p.chunk_tokens);
+  p.num_chunks = static_cast<int>((int64_t(span) + p.chunk_tokens - 1) / p.chunk_tokens);
+  p.max_window = max_window;
   p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
                                            Config::kHeadDim);
   *plan = p;

@@ -66,8 +66,13 @@ Status validate_plan(const DecodePlan& plan) {
                                                     detail::str(Config::kChunkMultiple) + " for this Config");
   if (!chunk_end_fits(plan.max_context, plan.chunk_tokens))
     return Status::invalid("plan.max_context", "plus plan.chunk_tokens must fit in an int");
-  if (int64_t(plan.num_chunks) != (int64_t(plan.max_context) + plan.chunk_tokens - 1) / plan.chunk_tokens)
-    return Status::invalid("plan.num_chunks", "does not match max_context / chunk_tokens");
+  if (plan.max_window < 0) return Status::invalid("plan.max_window", "must be >= 0");
+  if (plan.max_window > 0 && !Config::Variant::kWindow)
+    return Status::invalid("plan.max_window", "is set, but the Config has no sliding window");
+  const int span = plan_span(plan.max_context, plan.max_window);
+  if (int64_t(plan.num_chunks) != (int64_t(span) + plan.chunk_tokens - 1) / plan.chunk_tokens)
+    return Status::invalid("plan.num_chunks", "does not match the plan's span (max_context, or max_window + " +
+                                                  detail::str(kWindowChunkAlign - 1) + ") / chunk_tokens");
   if (plan.max_batch > 65535) return Status::invalid("plan.max_batch", "must be <= 65535 (grid limit)");
   if (plan.num_kv_heads < 1 || plan.group_size < 1)
     return Status::invalid("plan.num_kv_heads", "plan heads and group must be >= 1");
@@ -182,6 +187,27 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   const float qk_scale = p.softmax_scale * (p.k_scale_ptr ? 1.f : p.k_scale) * 1.4426950408889634f;  // as the kernel
   if (!std::isfinite(qk_scale) || qk_scale <= 0.f)
     return Status::invalid("softmax_scale", "softmax_scale * k_scale must be finite and > 0 in fp32");
+
+  // The variant's values: each off, or on with a Config that has its flag.
+  using Variant = typename Config::Variant;
+  if (p.sliding_window < 0) return Status::invalid("sliding_window", "must be >= 0 (0: the whole context)");
+  if (p.sliding_window > 0 && !Variant::kWindow)
+    return Status::invalid("sliding_window", "is set, but the Config has no sliding window "
+                                             "(opt::Variant<kSlidingWindow>)");
+  if (plan.max_window > 0 && (p.sliding_window < 1 || p.sliding_window > plan.max_window))
+    return Status::invalid("sliding_window", str(p.sliding_window) + " is outside 1..plan.max_window (" +
+                                                 str(plan.max_window) + "): the plan's chunks cover no more");
+  if (!std::isfinite(p.logit_softcap) || p.logit_softcap < 0.f)
+    return Status::invalid("logit_softcap", "must be finite and >= 0 (0: off)");
+  if (p.logit_softcap > 0.f && !Variant::kSoftCap)
+    return Status::invalid("logit_softcap", "is set, but the Config has no soft-cap (opt::Variant<kLogitSoftCap>)");
+  if (p.logit_softcap > 0.f && !(std::isfinite(p.logit_softcap * 1.4426950408889634f) &&
+                                 std::isfinite(qk_scale / (p.logit_softcap * 1.4426950408889634f))))
+    return Status::invalid("logit_softcap", "is too small: softmax_scale * k_scale / logit_softcap must be "
+                                            "finite in fp32");
+  if (p.sinks && !Variant::kSinks)
+    return Status::invalid("sinks", "is set, but the Config has no sinks (opt::Variant<kAttentionSinks>)");
+  if (p.sinks && !aligned(p.sinks, 4)) return Status::invalid("sinks", "must be 4-byte aligned");
 
   // Workspace.
   if (!workspace) return Status::invalid("workspace", "is null");

@@ -19,6 +19,7 @@
 #pragma once
 #include <vxqa/arch/grid_dependency.cuh>
 #include <vxqa/common.cuh>
+#include <vxqa/kernel/attention_variant.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/split_plan.cuh>
 #include <vxqa/numeric/act_type.cuh>
@@ -60,7 +61,9 @@ struct CombineShape {
   static_assert(kHeadDim % kSliceDims == 0, "CombineShape: the head dim must be a multiple of the slice");
 };
 
-template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64>
+// Variant: the Config's (kernel/attention_variant.cuh): where a windowed sequence's chunks
+// start, and the sinks, which join here once, as one more term of every head's sum.
+template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64, class Variant = PlainAttention>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {
   using Shape = CombineShape<kHeadDim, kSliceWidth>;
   __shared__ float2 stream_sum[Shape::kStreams][Shape::kThreadsPerChunk];
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     if (threadIdx.x == 0 && lse) *lse = quiet_nan();
     return;
   }
-  const int chunks = (len + a.chunk_tokens - 1) / a.chunk_tokens;
+  const int chunks = (len - Variant::chunk_base(a, len) + a.chunk_tokens - 1) / a.chunk_tokens;
   const float* chunk_lse = a.partial_lse + first;
 
   // Each warp reduces every chunk's LSE itself: no block-wide reduction or barrier.
@@ -120,11 +123,20 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   }
   if (reports && threadIdx.x < 32 && __any_sync(0xffffffffu, local_errors != 0u) && lane == 0)
     atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
-  const float m = warp_max_keep_nan(local_max);
+  float m = warp_max_keep_nan(local_max);
   float local_sum = 0.f;
 #pragma unroll 4
   for (int c = lane; c < chunks; c += 32) local_sum += softmax::rescale_factor(chunk_lse[c], m);
-  const float sum = warp_sum(local_sum);
+  float sum = warp_sum(local_sum);
+  // The sink joins the chunks' (m, sum) once, before any chunk's weight is taken in m's
+  // frame; without a token it is the whole LSE.
+  bool sink_folded = false;
+  if constexpr (Variant::kSinks) {
+    if (a.sinks) {
+      Variant::fold_sink(Variant::sink_log2(a, q_head), m, sum);
+      sink_folded = true;
+    }
+  }
 
   // Chunk order: stream, stream + kStep, ... (the early ones first), whatever the unrolling.
   float2 acc = make_float2(0.f, 0.f);
@@ -173,7 +185,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   const float v_scale = undefined ? quiet_nan() : v_scale_of(a);
   out[threadIdx.x] = detail::float_to_act<kOut>(chunks > 0 ? o / sum * v_scale : 0.f);
   if (threadIdx.x == 0 && lse)
-    *lse = undefined ? quiet_nan() : chunks > 0 ? (m + log2f(sum)) * 0.69314718055994531f : negative_infinity();
+    *lse = undefined                   ? quiet_nan()
+           : chunks > 0 || sink_folded ? (m + log2f(sum)) * 0.69314718055994531f
+                                       : negative_infinity();
   VXQA_TIMELINE_PROBE(a, kProbeCombineWritten);
 }
 #endif

@@ -1,10 +1,12 @@
-// vxqa/kernel/config.cuh — the one knob a user turns: a DecodeConfig names the head dim,
-// the cache's element type, the warps per CTA, the register stages of the load pipeline,
-// the page size (0 = given at run time), where E5M2 becomes fp16, and whether block-table
-// ids are checked. Everything else is derived here, and every combination that cannot work
-// fails here with a message.
+// vxqa/kernel/config.cuh — the one knob a user turns: a DecodeConfig names the head dim and
+// the cache's element type, then any of the options of vxqa::opt it changes (warps, page
+// size, q/out type, MMA atom, SM70 stages, convert point, page-id check, async stages,
+// attention variant).
+// Everything else is derived here, and every combination that cannot work fails here with
+// a message.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/kernel/attention_variant.cuh>
 #include <vxqa/numeric/act_type.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
@@ -67,13 +69,147 @@ enum class MmaAtom { kAuto, kSm70 };
 inline constexpr int kSm80CtaSmemTarget = 110 * 1024;
 inline constexpr int kSm80MaxSmemBytes = 227 * 1024;
 
-// AsyncStages: the SM80 path's cp.async stages a warp (0: as many, 2..4, as keep the CTA
-// within kSm80CtaSmemTarget). Qo: the type of q and out (DecodeParams::qo_type must say
-// the same); bf16 q becomes fp16 where it is loaded, on every atom.
-template <int HeadDim, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0,
-          ConvertAt Convert = ConvertAt::kConsume, PageIdCheck Check = PageIdCheck::kOn,
-          MmaAtom Atom = VXQA_DEFAULT_MMA_ATOM, int AsyncStages = 0, ActType Qo = ActType::kFp16>
+// The options a DecodeConfig takes after its head dim and cache type, each a small type
+// named after what it sets; a Config spells only those it changes, in any order:
+//   DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>, opt::QoType<ActType::kBf16>>
+namespace opt {
+namespace detail {
+// One tag a kind of option: a Config takes each kind at most once.
+struct WarpsTag {};
+struct PageSizeTag {};
+struct QoTypeTag {};
+struct AtomTag {};
+struct Sm70StagesTag {};
+struct ConvertTag {};
+struct PageIdsTag {};
+struct AsyncStagesTag {};
+struct VariantTag {};
+}  // namespace detail
+
+// Warps a CTA (1..8; default 4).
+template <int N>
+struct Warps {
+  using Tag = detail::WarpsTag;
+  static constexpr int kValue = N;
+};
+// Tokens a page, fixed at compile time (default 0: given at run time in DecodeParams).
+template <int N>
+struct PageSize {
+  using Tag = detail::PageSizeTag;
+  static constexpr int kValue = N;
+};
+// The type of q and out (default fp16; DecodeParams::qo_type must say the same). bf16 q
+// becomes fp16 where it is loaded, on every atom.
+template <ActType T>
+struct QoType {
+  using Tag = detail::QoTypeTag;
+  static constexpr ActType kValue = T;
+};
+// The MMA atom (default VXQA_DEFAULT_MMA_ATOM, normally MmaAtom::kAuto).
+template <MmaAtom A>
+struct Atom {
+  using Tag = detail::AtomTag;
+  static constexpr MmaAtom kValue = A;
+};
+// The SM70 body's register stages of the load pipeline (default 1).
+template <int N>
+struct Sm70Stages {
+  using Tag = detail::Sm70StagesTag;
+  static constexpr int kValue = N;
+};
+// Where the SM70 body turns E5M2 into fp16 (default ConvertAt::kConsume).
+template <ConvertAt C>
+struct Convert {
+  using Tag = detail::ConvertTag;
+  static constexpr ConvertAt kValue = C;
+};
+// Whether block-table ids are checked (default PageIdCheck::kOn).
+template <PageIdCheck C>
+struct PageIds {
+  using Tag = detail::PageIdsTag;
+  static constexpr PageIdCheck kValue = C;
+};
+// The SM80 body's cp.async stages a warp: 0 (default) picks as many (2..4) as keep the CTA
+// within kSm80CtaSmemTarget; else 2..8.
+template <int N>
+struct AsyncStages {
+  using Tag = detail::AsyncStagesTag;
+  static constexpr int kValue = N;
+};
+
+// The few traits below are written here: NVRTC has no <type_traits>.
+// The attention variant: VariantFlag bits or-ed (default 0: plain attention). A flag
+// compiled in may be off at run time (kernel/attention_variant.cuh).
+template <unsigned kFlags>
+struct Variant {
+  using Tag = detail::VariantTag;
+  static constexpr unsigned kValue = kFlags;
+};
+
+namespace detail {
+template <class...>
+using Void = void;
+template <class A, class B>
+inline constexpr bool kSame = false;
+template <class A>
+inline constexpr bool kSame<A, A> = true;
+template <class T, class = void>
+struct TagOf {
+  using type = void;  // not an option
+};
+template <class T>
+struct TagOf<T, Void<typename T::Tag>> {
+  using type = typename T::Tag;
+};
+template <class T>
+inline constexpr bool kIsOption = !kSame<typename TagOf<T>::type, void>;
+// The option of kind Tag among Options, or Default.
+template <class Tag, class Default, class... Options>
+struct Find {
+  using type = Default;
+};
+template <bool kFirst, class First, class Tag, class Default, class... Rest>
+struct FindNext {
+  using type = First;
+};
+template <class First, class Tag, class Default, class... Rest>
+struct FindNext<false, First, Tag, Default, Rest...> {
+  using type = typename Find<Tag, Default, Rest...>::type;
+};
+template <class Tag, class Default, class First, class... Rest>
+struct Find<Tag, Default, First, Rest...> {
+  using type = typename FindNext<kSame<typename TagOf<First>::type, Tag>, First, Tag, Default, Rest...>::type;
+};
+template <class Tag, class... Options>
+inline constexpr int kCount = (0 + ... + int(kSame<typename TagOf<Options>::type, Tag>));
+template <class Tag, class Default, class... Options>
+inline constexpr auto kValue = Find<Tag, Default, Options...>::type::kValue;
+}  // namespace detail
+}  // namespace opt
+
+template <int HeadDim, KvType Kv, class... Options>
 struct DecodeConfig {
+  static_assert((opt::detail::kIsOption<Options> && ...),
+                "DecodeConfig: every argument after the head dim and the cache type must be an option "
+                "of vxqa::opt (Warps, PageSize, QoType, Atom, Sm70Stages, Convert, PageIds, AsyncStages, "
+                "Variant)");
+  static_assert(((opt::detail::kCount<typename opt::detail::TagOf<Options>::type, Options...> == 1) && ...),
+                "DecodeConfig: an option is given twice");
+
+ private:
+  template <class Tag, class Default>
+  static constexpr auto option = opt::detail::kValue<Tag, Default, Options...>;
+  static constexpr int Warps = option<opt::detail::WarpsTag, opt::Warps<4>>;
+  static constexpr int Stages = option<opt::detail::Sm70StagesTag, opt::Sm70Stages<1>>;
+  static constexpr int PageSize = option<opt::detail::PageSizeTag, opt::PageSize<0>>;
+  static constexpr ConvertAt Convert = option<opt::detail::ConvertTag, opt::Convert<ConvertAt::kConsume>>;
+  static constexpr PageIdCheck Check = option<opt::detail::PageIdsTag, opt::PageIds<PageIdCheck::kOn>>;
+  static constexpr MmaAtom Atom = option<opt::detail::AtomTag, opt::Atom<VXQA_DEFAULT_MMA_ATOM>>;
+  static constexpr int AsyncStages = option<opt::detail::AsyncStagesTag, opt::AsyncStages<0>>;
+  static constexpr ActType Qo = option<opt::detail::QoTypeTag, opt::QoType<ActType::kFp16>>;
+  static constexpr unsigned kVariantFlags = option<opt::detail::VariantTag, opt::Variant<0u>>;
+
+ public:
   static_assert(Kv != KvType::kUnset, "DecodeConfig: KvType::kUnset is not a cache format (kE5M2 or kFp16)");
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
@@ -83,16 +219,18 @@ struct DecodeConfig {
   static constexpr int kPageSize = PageSize;  // 0: run-time page size
   static constexpr int kStages = Stages;
   static constexpr ActType kQo = Qo;
+  // The score path's mask, modifier and sinks (kernel/attention_variant.cuh).
+  using Variant = AttentionVariant<kVariantFlags>;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "DecodeConfig: HeadDim must be 64, 128 or 256");
-  static_assert(Warps >= 1 && Warps <= 8, "DecodeConfig: Warps must be 1..8");
-  static_assert(PageSize >= 0, "DecodeConfig: PageSize is a page size >= 1, or 0 for run time");
+  static_assert(Warps >= 1 && Warps <= 8, "DecodeConfig: opt::Warps must be 1..8");
+  static_assert(PageSize >= 0, "DecodeConfig: opt::PageSize is a page size >= 1, or 0 for run time");
 
   static constexpr ConvertAt kConvertAt = Convert;
   static constexpr bool kChecksPageIds = Check == PageIdCheck::kOn;
   static_assert(Convert == ConvertAt::kConsume || Kv == KvType::kE5M2,
-                "DecodeConfig: ConvertAt::kPublish only applies to E5M2 caches");
+                "DecodeConfig: opt::Convert<ConvertAt::kPublish> only applies to E5M2 caches");
   // Rows as loaded from the cache, and as the consumers read them in shared memory.
   using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, kElemBytes>;
   using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? 2 : kElemBytes>;
@@ -108,9 +246,9 @@ struct DecodeConfig {
       LoadGeometry::kTileBytes <= 8192 ? LoadGeometry::kTokens : 8192 / LoadGeometry::kRowBytes;
   static constexpr int kPiecesPerTile = LoadGeometry::kTokens / kPieceTokens;
   static_assert((2 * kPiecesPerTile) % Stages == 0,
-                "DecodeConfig: Stages must divide the pieces of a K+V tile (2 or 4)");
+                "DecodeConfig: opt::Sm70Stages must divide the pieces of a K+V tile (2 or 4)");
   static_assert(Stages <= 2 * kPiecesPerTile,
-                "DecodeConfig: more stages than pieces in a tile would load two tiles ahead");
+                "DecodeConfig: more opt::Sm70Stages than pieces in a tile would load two tiles ahead");
 
   // Registers a lane holds for the staged pieces and the O accumulators. Measured with
   // CUDA 11.8 on sm_70: 160 fits without spilling (D = 128 fp16, 2 stages: 245 registers),
@@ -119,7 +257,7 @@ struct DecodeConfig {
       Stages * (kPieceTokens * LoadGeometry::kChunksPerRow / 32) * 4 + HeadDim / 4;
   static_assert(kStagedRegisters <= 160,
                 "DecodeConfig: the staged pieces and O accumulators need more than 160 "
-                "registers a lane, which spills on SM70; use fewer Stages");
+                "registers a lane, which spills on SM70; use fewer opt::Sm70Stages");
 
   // Tokens the SM70 body's CTA consumes per round of its warps (32-token tiles); its plans
   // (make_decode_plan's choose_chunk_tokens rule) pick multiples of it.
@@ -140,19 +278,19 @@ struct DecodeConfig {
                 "DecodeConfig: the merge's O rows (MergeTileLayout) do not fit in a warp's tile");
   static_assert(kSmemBytes <= kSm70MaxSmemBytes,
                 "DecodeConfig: shared memory over the 96 KB an SM70 CTA can have; use fewer "
-                "Warps (fp16 tiles with HeadDim 256 take 18 KB a warp)");
+                "opt::Warps (fp16 tiles with HeadDim 256 take 18 KB a warp)");
   static_assert(kWarpBytes % 16 == 0 && kQBytes % 16 == 0, "DecodeConfig: areas must stay aligned");
 
   // The SM80+ path (kAuto where compiled for sm_80 and newer): warp-private rings of
   // kSm80Stages 16-token stages [K tile | V tile], as many stages (2..4) as keep the CTA
-  // within kSm80CtaSmemTarget, or AsyncStages. `Stages` and `ConvertAt` are SM70 knobs.
+  // within kSm80CtaSmemTarget, or opt::AsyncStages. Sm70Stages and Convert are SM70 knobs.
   static constexpr MmaAtom kAtom = Atom;
   static constexpr bool kHasSm80Path = Atom == MmaAtom::kAuto;
   using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, kElemBytes>;
   static constexpr int kSm80StageBytes = mma::Sm80KTileLayout<Sm80Geometry>::kBytes +
                                          mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
   static_assert(AsyncStages == 0 || (AsyncStages >= 2 && AsyncStages <= 8),
-                "DecodeConfig: AsyncStages is 0 (auto) or 2..8");
+                "DecodeConfig: opt::AsyncStages is 0 (auto) or 2..8");
   static constexpr int kAsyncStages = AsyncStages;
   static constexpr int kSm80Stages = AsyncStages                                         ? AsyncStages
                                      : Warps * 4 * kSm80StageBytes <= kSm80CtaSmemTarget ? 4
@@ -171,7 +309,7 @@ struct DecodeConfig {
   static constexpr int kSm80SmemBytes = Warps * kSm80WarpBytes;
   static_assert(!kHasSm80Path || kSm80SmemBytes <= kSm80MaxSmemBytes,
                 "DecodeConfig: the SM80 path's two stages a warp need more than 227 KB; use "
-                "fewer Warps");
+                "fewer opt::Warps");
   static_assert(kSm80StageBytes % 16 == 0, "DecodeConfig: SM80 stages must stay aligned");
 };
 

@@ -44,6 +44,12 @@ struct DecodeKernelArgs {
   // zeroes `errors` and the combine ORs these into it, so no memset comes before the step.
   // Null with one chunk: decode() zeroes `errors` and the CTAs OR into it.
   uint32_t* chunk_errors;
+
+  // The variant's run-time values (kernel/attention_variant.cuh), read only by a Config
+  // whose variant has the flag.
+  int window;          // sliding window in tokens; 0: none
+  float softcap_log2;  // logit soft-cap · log2(e); 0: none
+  const float* sinks;  // [Hq] fp32 sink logits (natural log), or null
 };
 
 #if VXQA_IS_CUDA_COMPILER

@@ -12,6 +12,7 @@
 // NaN, as the float64 reference and a one-chunk plan have it.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/kernel/attention_variant.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/numeric/act_type.cuh>
 
@@ -24,12 +25,14 @@ struct CtaWork {
   int heads;    // query heads of this M tile (<= kHeadsPerCta)
   int q_head0;  // first query head of the M tile
   int begin, end;  // this chunk's tokens [begin, end); end <= begin when it has none
+  int first;       // the first key the query sees (a window's; 0 without one): begin may be
+                   // below it by less than kWindowChunkAlign in the sequence's first chunk
   VXQA_DEVICE bool live() const { return end > begin; }
 };
 
 // Fills `w`; false when the CTA has nothing to do. A bad length: with one chunk flagged here
 // and its outputs written as NaN; with several, the combine does both.
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, class Variant>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
 
 // Element `index` of the output, rounded from fp32 to its type.
@@ -84,13 +87,14 @@ VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, in
 }
 
 // The head's LSE (one chunk, when asked for), or the chunk's partial LSE and error word,
-// from its merged base-2 m and l (the sum of P).
+// from its merged base-2 m and l (the sum of P). `sink_folded`: one chunk's (m, l) hold a
+// sink (AttentionVariant::fold_sink), which is the LSE even without a token.
 VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, int q_head, float m, float l,
-                                  bool bad_page) {
+                                  bool bad_page, bool sink_folded = false) {
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     if (a.lse) {
-      const float lse = bad_page ? nan : !w.live() ? negative_infinity()
+      const float lse = bad_page ? nan : !w.live() && !sink_folded ? negative_infinity()
                                        : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
       a.lse[int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head] = lse;
     }
@@ -145,7 +149,7 @@ struct HeadRow {
 // output, with several the chunk's partial O.
 template <int kHeadDim, ActType kOut>
 VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
-                                   float l, float o, bool bad_page) {
+                                   float l, float o, bool bad_page, bool sink_folded = false) {
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
@@ -154,10 +158,10 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   } else {
     a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? o : o / l;
   }
-  if (dim == 0) store_head_stats(a, w, q_head, m, l, bad_page);
+  if (dim == 0) store_head_stats(a, w, q_head, m, l, bad_page, sink_folded);
 }
 
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut>
+template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, class Variant>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   w.chunk = blockIdx.x;
   w.seq_index = blockIdx.z;
@@ -183,7 +187,8 @@ VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
     }
     return false;
   }
-  w.begin = w.chunk * a.chunk_tokens;
+  w.first = Variant::first_key(a, len);
+  w.begin = Variant::chunk_base(a, len) + w.chunk * a.chunk_tokens;
   w.end = min(w.begin + a.chunk_tokens, len);
   return single_chunk || w.begin < len;  // a chunk past the end: the combine never reads it
 }

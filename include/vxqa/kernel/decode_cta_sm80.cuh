@@ -2,7 +2,7 @@
 // with tokens on M and the group's heads on N, a cp.async pipeline into warp-private stages,
 // and the softmax in the accumulator registers.
 //
-// Same CTA shape and contract as the SM70 body (kernel/decode_kernel.cuh): one CTA = one
+// Same CTA shape and contract as the SM70 body (kernel/decode_cta_sm70.cuh): one CTA = one
 // (split chunk, KV head x M tile of 8 heads, sequence); its warps take the chunk's 16-token
 // tiles in turn, each through its own Stages-deep ring of shared-memory stages (so the main
 // loop has no CTA-wide barrier, only __syncwarp), and the warps merge (m, l, O) once at the
@@ -37,6 +37,7 @@ struct DecodeCtaSm80 {
   static constexpr int kStages = Config::kSm80Stages;
   static constexpr int kMTiles = Pv::kMTiles;
   using Row = HeadRow<kD, Config::kQo>;
+  using Variant = typename Config::Variant;
 
   // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
   // order ([m-tile][lane][element]: one 16-byte store or load a fragment, conflict-free),
@@ -48,7 +49,7 @@ struct DecodeCtaSm80 {
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo>(a, work)) return;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, Variant>(a, work)) return;
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWork);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
@@ -60,7 +61,13 @@ struct DecodeCtaSm80 {
                                               : nullptr;
     const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
 
-    const Tiles tiles(work.begin, work.end, warp);
+    // Tiles of pages of a multiple of 16 tokens start 16-aligned (work.begin is: the window's
+    // chunks start at a multiple of 16), each in one page; the keys below the window's first
+    // are zero-filled, never read, and masked. Other pages: every lane loads its own row, and
+    // the tiles start at the window's first key.
+    const bool one_page = Config::kPageSize != 0 ? Config::kPageSize % Geometry::kTokens == 0
+                                                 : a.page_size % Geometry::kTokens == 0;
+    const Tiles tiles(Variant::kWindow && !one_page ? max(work.begin, work.first) : work.begin, work.end, warp);
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(work.seq_index, work.kv_head);
 
@@ -130,13 +137,16 @@ struct DecodeCtaSm80 {
         return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
       }
     };
-    const float qk_scale = qk_scale_log2_of(a);
+    const typename Variant::Scores scores = Variant::prepare(a, qk_scale_log2_of(a), work.first);
     auto stage = [&](int slot) { return warp_area + slot * Config::kSm80StageBytes; };
     auto next = [](int slot) { return slot + 1 == kStages ? 0 : slot + 1; };
     auto issue = [&](int j, int64_t offset, int slot) {  // one commit group per tile, empty past the end
       if (j < tiles.count) {
         uint8_t* k_tile = stage(slot);
-        if constexpr (kOnePage) {
+        if constexpr (kOnePage && Variant::kWindow) {  // rows below the window's first key: zeros
+          Load::template issue_one_page<true>(k_base + offset, v_base + offset, seq.token_bytes(), tiles.valid_rows(j),
+                                              k_tile, k_tile + kVTileOffset, work.first - tiles.start(j));
+        } else if constexpr (kOnePage) {
           Load::issue_one_page(k_base + offset, v_base + offset, seq.token_bytes(), tiles.valid_rows(j), k_tile,
                                k_tile + kVTileOffset);
         } else {
@@ -163,8 +173,7 @@ struct DecodeCtaSm80 {
       Qk::run(stage(use), qf, s);
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[e] = row0 + (e >> 1) * 8 < work.end ? s[e] * qk_scale : negative_infinity();
+      for (int e = 0; e < 4; ++e) s[e] = Variant::score(scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
       uint32_t p[2];
       float alpha[2];
       softmax::register_softmax_step(st, s, p, alpha);
@@ -215,11 +224,23 @@ struct DecodeCtaSm80 {
     // branches, were most of the CTA's tail).
     const float out_scale = a.num_chunks == 1 ? v_scale_of(a) : 1.f;
     const bool second = head0 + 1 < work.heads;  // a padded head past the group is not written
-    const Row row0(a, work, work.q_head0 + head0, l[0], __fdividef(out_scale, l[0]), bad_page);
-    const Row row1(a, work, work.q_head0 + head0 + (second ? 1 : 0), l[1], __fdividef(out_scale, l[1]), bad_page);
+    // With one chunk a head's sink joins its (m, l) here (with several, in the combine); the
+    // warps' weights stay in the old frame, so the factor goes into the rows' scale.
+    float fold[2] = {1.f, 1.f};
+    bool sink_folded = false;
+    if constexpr (Variant::kSinks) {
+      if (a.num_chunks == 1 && a.sinks) {
+        fold[0] = Variant::fold_sink(Variant::sink_log2(a, work.q_head0 + head0), mx[0], l[0]);
+        if (second) fold[1] = Variant::fold_sink(Variant::sink_log2(a, work.q_head0 + head0 + 1), mx[1], l[1]);
+        sink_folded = true;
+      }
+    }
+    const Row row0(a, work, work.q_head0 + head0, l[0], __fdividef(out_scale * fold[0], l[0]), bad_page);
+    const Row row1(a, work, work.q_head0 + head0 + (second ? 1 : 0), l[1], __fdividef(out_scale * fold[1], l[1]),
+                   bad_page);
     if (threadIdx.x < 32 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
-      store_head_stats(a, work, work.q_head0 + head0, mx[0], l[0], bad_page);
-      if (second) store_head_stats(a, work, work.q_head0 + head0 + 1, mx[1], l[1], bad_page);
+      store_head_stats(a, work, work.q_head0 + head0, mx[0], l[0], bad_page, sink_folded);
+      if (second) store_head_stats(a, work, work.q_head0 + head0 + 1, mx[1], l[1], bad_page, sink_folded);
     }
     if (a.num_chunks == 1) {
       write_fragments<false>(smem, weight, row0, row1, second);

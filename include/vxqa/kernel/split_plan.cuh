@@ -13,9 +13,24 @@ struct DecodePlan {
   int num_kv_heads = 0;
   int group_size = 0;
   int chunk_tokens = 0;  // split-KV chunk; a multiple of the Config's kChunkMultiple
-  int num_chunks = 0;    // ceil(max_context / chunk_tokens); 1 = no combine step
+  int num_chunks = 0;    // ceil(plan_span / chunk_tokens); 1 = no combine step
   size_t workspace_bytes = 0;
+  // > 0: every step's sliding window is 1..max_window tokens, and the chunks cover only
+  // the keys a window can reach (plan_span); 0: any window, chunks over max_context.
+  int max_window = 0;
 };
+
+// A window's chunks start at the multiple of this many tokens at or below its first key,
+// so that the SM80 body's 16-token tiles stay aligned to pages of a multiple of 16.
+inline constexpr int kWindowChunkAlign = 16;
+
+// The keys a step may read of one sequence, which the plan's chunks cover: max_context, or
+// with a window of at most max_window keys, those and up to kWindowChunkAlign - 1 before
+// them (a window's chunks start 16-aligned: kernel/attention_variant.cuh).
+VXQA_HD int plan_span(int max_context, int max_window) {
+  const int64_t window_span = int64_t(max_window) + kWindowChunkAlign - 1;
+  return max_window > 0 && window_span < max_context ? int(window_span) : max_context;
+}
 
 // Workspace: [error word, padded to 256 B][partial LSE][CTA error words][partial O], each
 // area padded to 256 B. With several chunks there is one slot a (sequence, query head,

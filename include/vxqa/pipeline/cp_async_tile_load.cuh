@@ -55,9 +55,11 @@ struct CpAsyncTileLoad {
   // (R = 32 / chunks a row), so its global addresses step by R rows and, where R is even (the
   // K swizzle then keeps its key), its shared ones by a constant: the loop is two pointer
   // bumps a copy. Rows past valid_rows are still inside the page: their addresses are valid,
-  // and they are zero-filled without being read.
+  // and they are zero-filled without being read. kSkipsRows: so are rows below first_row
+  // (keys before a sliding window, in its first page).
+  template <bool kSkipsRows = false>
   VXQA_DEVICE static void issue_one_page(const uint8_t* k_row0, const uint8_t* v_row0, int64_t row_bytes,
-                                         int valid_rows, uint8_t* k_tile, uint8_t* v_tile) {
+                                         int valid_rows, uint8_t* k_tile, uint8_t* v_tile, int first_row = 0) {
     constexpr int R = kRowsPerCopy;
     const int lane = threadIdx.x & 31;
     const int r0 = row_of(0, lane), chunk = chunk_of(0, lane);
@@ -71,8 +73,9 @@ struct CpAsyncTileLoad {
     for (int i = 0; i < kChunksPerLane; ++i) {
       uint8_t* kd = R % 2 == 0 ? k_dst + i * R * Geometry::kRowBytes
                                : k_tile + KLayout::chunk_offset(r0 + i * R, chunk);
-      arch::cp_async_16_or_zero(kd, k + i * step, i * R < rows_left);
-      arch::cp_async_16_or_zero(v_dst + i * R * VLayout::kPitch, v + i * step, i * R < rows_left);
+      const bool read = i * R < rows_left && (!kSkipsRows || r0 + i * R >= first_row);
+      arch::cp_async_16_or_zero(kd, k + i * step, read);
+      arch::cp_async_16_or_zero(v_dst + i * R * VLayout::kPitch, v + i * step, read);
     }
   }
 #endif

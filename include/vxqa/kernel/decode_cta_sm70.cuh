@@ -1,0 +1,233 @@
+// vxqa/kernel/decode_cta_sm70.cuh — the decode CTA body on the SM70 pieces: mma.m8n8k4
+// with the group's heads on M, register-staged loads (no cp.async), a shared-memory
+// publisher, and the online softmax through shared memory.
+//
+// One CTA = one (split chunk, KV head x M tile, sequence). Its warps take the chunk's
+// 32-token tiles in turn; each warp streams K and V pieces global -> registers -> its own
+// shared-memory tile (so the main loop has no CTA-wide barrier), runs QK, the online
+// softmax and PV on mma.m8n8k4, and the warps merge (m, l, O) once at the end. With one
+// chunk the CTA writes O (and LSE) itself; otherwise it writes the chunk's partial and
+// combine_kernel merges the chunks.
+//
+// What a CTA writes for a head (zeros, NaN, partials): kernel/decode_cta_common.cuh.
+#pragma once
+#include <cuda_fp16.h>
+#include <vxqa/arch/grid_dependency.cuh>
+#include <vxqa/common.cuh>
+#include <vxqa/kernel/decode_args.cuh>
+#include <vxqa/kernel/decode_cta_common.cuh>
+#include <vxqa/mma/fragments.cuh>
+#include <vxqa/mma/pv_consumer.cuh>
+#include <vxqa/mma/qk_consumer.cuh>
+#include <vxqa/paged/paged_kv.cuh>
+#include <vxqa/pipeline/register_staged_load.cuh>
+#include <vxqa/pipeline/smem_layout.cuh>
+#include <vxqa/pipeline/smem_publisher.cuh>
+#include <vxqa/softmax/online_softmax.cuh>
+
+namespace vxqa {
+
+#if VXQA_IS_CUDA_COMPILER
+template <class Config>
+struct DecodeCtaSm70 {
+  using Geometry = typename Config::Geometry;
+  using LoadGeometry = typename Config::LoadGeometry;
+  using Piece = pipeline::RegisterPiece<LoadGeometry, Config::kPieceTokens>;
+  using Publisher = pipeline::SmemPublisher<Geometry, LoadGeometry>;
+  using Qk = mma::QkConsumer<Geometry>;
+  using Pv = mma::PvConsumer<Geometry>;
+  using QLayout = pipeline::QTileLayout<Config::kHeadDim>;
+  using MergeLayout = pipeline::MergeTileLayout<Config::kHeadDim>;
+  using Sequence = PagedKvSequence<Config::kPageSize, Config::kElemBytes>;
+  static constexpr int kD = Config::kHeadDim;
+  static constexpr int kTileTokens = Geometry::kTokens;
+  static constexpr int kPieces = Config::kPiecesPerTile;  // per K (and per V) tile
+  static constexpr int kStages = Config::kStages;
+
+  using Tiles = WarpTiles<kTileTokens, Config::kWarps>;
+  using Variant = typename Config::Variant;
+
+  VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
+    CtaWork work;
+    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, Variant>(a, work)) return;
+    const int seq_index = work.seq_index, kv_head = work.kv_head;
+
+    uint8_t* q_tile = smem;
+    load_q(a, seq_index, work.q_head0, work.heads, q_tile);
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint8_t* warp_area = smem + Config::kQBytes + warp * Config::kWarpBytes;
+    auto* tile_storage = reinterpret_cast<typename Publisher::TempStorage*>(warp_area);
+    uint8_t* s_tile = warp_area + Config::kWarpScoreOffset;
+    uint8_t* p_tile = warp_area + Config::kWarpProbOffset;
+    float* alpha = reinterpret_cast<float*>(warp_area + Config::kWarpAlphaOffset);
+
+    // Its tiles start at any token (every lane loads its own row): at the window's first key.
+    const Tiles tiles(Variant::kWindow ? max(work.begin, work.first) : work.begin, work.end, warp);
+
+    const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
+    const Sequence seq = view.sequence(seq_index, kv_head);
+
+    softmax::RowState row = softmax::empty_row();
+    float o[Pv::kNBlocks][8];
+#pragma unroll
+    for (int n = 0; n < Pv::kNBlocks; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[n][i] = 0.f;
+
+    bool bad_page = false;
+    if (tiles.count > 0) {
+      Publisher publisher(*tile_storage);
+      Piece staged[kStages];
+      int64_t offset_this = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, 0, a.num_pages, bad_page);
+      int64_t offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, 1, a.num_pages, bad_page);
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) load_piece(staged[s], a, tiles, s, 0, offset_this);
+
+      for (int j = 0; j < tiles.count; ++j) {
+        // K pieces of tile j, then QK and softmax; V pieces, then PV. After publishing a
+        // stage, the same registers load the piece kStages further down the stream.
+#pragma unroll
+        for (int k = 0; k < 2 * kPieces; ++k) {
+          if (k == 0 || k == kPieces) publisher.wait_readers();
+          Piece& piece = staged[k % kStages];
+          if (k < kPieces) {
+            publisher.store_k(piece, k * Config::kPieceTokens);
+          } else {
+            publisher.store_v(piece, (k - kPieces) * Config::kPieceTokens);
+          }
+          const int ahead = k + kStages;  // stream position of the refill
+          if (ahead < 2 * kPieces) {
+            load_piece(piece, a, tiles, ahead, j, offset_this);
+          } else {
+            load_piece(piece, a, tiles, ahead - 2 * kPieces, j + 1, offset_next);
+          }
+          if (k == kPieces - 1) {
+            publisher.publish();
+            float s[8];
+            Qk::run(q_tile, publisher.tile, s);
+            store_scores(s, tiles.start(j), work.end, Variant::prepare(a, qk_scale_log2_of(a), work.first), s_tile);
+            __syncwarp();
+            row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
+            __syncwarp();
+          }
+        }
+        publisher.publish();
+        rescale(o, alpha);
+        Pv::run(p_tile, publisher.tile, o);
+        offset_this = offset_next;
+        offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j + 2, a.num_pages, bad_page);
+      }
+    }
+
+    arch::launch_dependents();  // the combine may start launching: it waits for our partials
+    // Every warp is done with its tile: reuse it for the merge.
+    const bool cta_bad_page = __syncthreads_or(bad_page);
+    // With several chunks the chunk's error words carry it too (store_head_stats), so
+    // this OR may land before or after the kernel zeroes the word. (Also testing the chunk
+    // count here made ptxas 11.8 spill in a D = 128 Config.)
+    if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
+    float* merge_o = reinterpret_cast<float*>(warp_area);
+    float* merge_ml = reinterpret_cast<float*>(s_tile);
+#pragma unroll
+    for (int n = 0; n < Pv::kNBlocks; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) {  // elements i, i + 1: adjacent dims of one head row
+        const int index = MergeLayout::index(mma::c_row(lane, i), Pv::c_dim(lane, n, i));
+        *reinterpret_cast<float2*>(merge_o + index) = make_float2(o[n][i], o[n][i + 1]);
+      }
+    if (softmax::softmax_part(lane) == 0) {
+      merge_ml[softmax::softmax_row(lane)] = row.m;
+      merge_ml[8 + softmax::softmax_row(lane)] = row.l;
+    }
+    __syncthreads();
+    merge_and_write(a, smem, work, cta_bad_page);
+  }
+
+  // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
+  VXQA_DEVICE static void load_piece(Piece& piece, const DecodeKernelArgs& a, const Tiles& tiles,
+                                     int k, int j, int64_t lane_row_offset) {
+    // Row offsets are from the cache bases (the KV head's offset included).
+    const uint8_t* base = static_cast<const uint8_t*>(k < kPieces ? a.kv.k : a.kv.v);
+    piece.load(base, lane_row_offset, (k % kPieces) * Config::kPieceTokens, tiles.valid_rows(j));
+  }
+
+  VXQA_DEVICE static void load_q(const DecodeKernelArgs& a, int seq_index, int q_head0, int heads,
+                                 uint8_t* q_tile) {
+    constexpr int kPiecesPerRow = kD / 8;  // 16-byte pieces of 8 elements
+    constexpr ActType kQ = Config::kQo;
+    for (int i = threadIdx.x; i < 8 * kPiecesPerRow; i += Config::kThreads) {
+      const int head = i / kPiecesPerRow, dim = (i % kPiecesPerRow) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);  // padded heads: Q = 0, their rows are not written
+      if (head < heads) {
+        v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.q) + seq_index * a.q_batch_stride +
+                                            (q_head0 + head) * a.q_head_stride + dim);
+        v = make_uint4(detail::act2_to_half2_bits<kQ>(v.x), detail::act2_to_half2_bits<kQ>(v.y),
+                       detail::act2_to_half2_bits<kQ>(v.z), detail::act2_to_half2_bits<kQ>(v.w));
+      }
+      *reinterpret_cast<uint4*>(q_tile + QLayout::offset(head, dim)) = v;
+    }
+  }
+
+  // The QK accumulators as base-2 logits, tokens at or past `end` masked, through the
+  // variant's score. Elements i and i + 1 (i even) are adjacent tokens of one head row: one
+  // 8-byte store.
+  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, int end,
+                                       const typename Variant::Scores& scores, uint8_t* s_tile) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      const int token = Qk::c_token(lane, i);
+      const int live = end - tile_start - token;  // 1: only the first of the pair is live
+      const float2 v = make_float2(Variant::score(scores, s[i], live > 0, tile_start + token),
+                                   Variant::score(scores, s[i + 1], live > 1, tile_start + token + 1));
+      *reinterpret_cast<float2*>(s_tile + pipeline::ScoreTileLayout::offset(mma::c_row(lane, i), token)) = v;
+    }
+  }
+
+  VXQA_DEVICE static void rescale(float (&o)[Pv::kNBlocks][8], const float* alpha) {
+    const int lane = threadIdx.x & 31;
+    const float a0 = alpha[mma::c_row(lane, 0)], a1 = alpha[mma::c_row(lane, 2)];
+#pragma unroll
+    for (int n = 0; n < Pv::kNBlocks; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[n][i] *= (i & 2) ? a1 : a0;
+  }
+
+  // Merges the warps' (m, l, O) and writes O and LSE (one chunk) or the chunk's partial.
+  // With one chunk a head's sink joins its (m, l) here; with several, in the combine.
+  VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
+                                          bool bad_page) {
+    for (int i = threadIdx.x; i < work.heads * kD; i += Config::kThreads) {
+      const int head = i / kD, dim = i % kD;
+      float m = negative_infinity();
+      for (int w = 0; w < Config::kWarps; ++w) m = softmax::max_keep_nan(m, warp_ml(smem, w)[head]);
+      float l = 0.f, o = 0.f;
+      for (int w = 0; w < Config::kWarps; ++w) {
+        const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], m);
+        l += warp_ml(smem, w)[8 + head] * weight;
+        o += warp_o(smem, w)[MergeLayout::index(head, dim)] * weight;
+      }
+      bool sink_folded = false;
+      if constexpr (Variant::kSinks) {
+        if (a.num_chunks == 1 && a.sinks) {
+          o *= Variant::fold_sink(Variant::sink_log2(a, work.q_head0 + head), m, l);
+          sink_folded = true;
+        }
+      }
+      store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head, dim, m, l, o, bad_page, sink_folded);
+    }
+  }
+
+  VXQA_DEVICE static const float* warp_o(const uint8_t* smem, int w) {
+    return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes);
+  }
+  VXQA_DEVICE static const float* warp_ml(const uint8_t* smem, int w) {
+    return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes +
+                                          Config::kWarpScoreOffset);
+  }
+};
+#endif
+
+}  // namespace vxqa
