@@ -57,6 +57,14 @@ std::string config_name() {
 
 using vxqa_bench::Shape;
 
+// A step's attention variant values (all off: plain attention). A window plans its chunks
+// over the window (make_decode_plan's max_window), and its bytes are the keys it reads.
+struct VariantValues {
+  int window = 0;
+  float softcap = 0.f;
+  bool sinks = false;
+};
+
 struct Result {
   Shape shape;
   std::string config;
@@ -124,11 +132,12 @@ std::vector<Breakdown> breakdowns;
 
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
-                 int chunk_tokens = 0, std::string name = "", bool breakdown = false) {
+                 int chunk_tokens = 0, std::string name = "", bool breakdown = false, VariantValues variant = {}) {
   const auto p = vxqa_bench::make_problem(shape, Config::kHeadDim);
   long long tokens = 0;
   int max_len = 1;
-  for (int len : p.seq_lens) tokens += len, max_len = std::max(max_len, len);
+  for (int len : p.seq_lens)
+    tokens += variant.window > 0 ? std::min(len, variant.window) : len, max_len = std::max(max_len, len);
   const double bytes = double(tokens) * p.kv_heads * p.head_dim * 2 + 4.0 * p.batch * p.query_heads() * p.head_dim;
 
   const int copies = std::min(16, std::max(1, int(4.0 * l2_bytes / p.cache.size()) + 1));
@@ -148,16 +157,31 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
 
   vxqa::DecodePlan plan;
-  const vxqa::Status planned = chunk_tokens ? vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan, chunk_tokens)
-                                            : vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan);
-  if (!planned.ok())
+  const vxqa::Status planned =
+      chunk_tokens ? vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan, chunk_tokens, 4,
+                                                    1, variant.window)
+                   : vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan, variant.window);
+  if (!planned.ok()) {
+    std::fprintf(stderr, "make_decode_plan: %s\n", planned.message().c_str());
     std::exit(1);
+  }
+  float* sinks = nullptr;  // one logit a query head, about the scores' size
+  if (variant.sinks) {
+    std::vector<float> values(p.query_heads());
+    for (int h = 0; h < p.query_heads(); ++h) values[h] = 0.5f + 0.25f * float(h % 4);
+    DEMO_CHECK(cudaMalloc(&sinks, values.size() * 4));
+    DEMO_CHECK(cudaMemcpy(sinks, values.data(), values.size() * 4, cudaMemcpyHostToDevice));
+  }
   void* workspace;
   DEMO_CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
 
   std::vector<vxqa::DecodeParams> params(copies);
-  for (int i = 0; i < copies; ++i)
+  for (int i = 0; i < copies; ++i) {
     params[i] = vxqa::problem_params(p, {caches[i], q, table, lens, out, nullptr});
+    params[i].sliding_window = variant.window;
+    params[i].logit_softcap = variant.softcap;
+    params[i].sinks = sinks;
+  }
   auto step_all = [&] {
     for (int i = 0; i < copies; ++i) {
       const vxqa::Status s = vxqa::decode<Config>(params[i], plan, workspace, plan.workspace_bytes, stream);
@@ -204,6 +228,7 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaFree(table));
   DEMO_CHECK(cudaFree(lens));
   DEMO_CHECK(cudaFree(workspace));
+  if (sinks) DEMO_CHECK(cudaFree(sinks));
 
   const double best = std::min(eager, replay);
   Result r{shape, name.empty() ? config_name<Config>() : name, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
@@ -290,7 +315,7 @@ int main(int argc, char** argv) {
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
     else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown" ||
-             k == "--ramp")
+             k == "--ramp" || k == "--variants")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
     else {
@@ -388,6 +413,28 @@ int main(int argc, char** argv) {
   } else if (mode == "breakdown") {  // where a step's fixed costs lie
     for (int i : {0, 2, 3, 4, 5}) results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "", true));
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, 0, "", true));
+  } else if (mode == "variants") {  // the attention variants against plain attention, same run
+    namespace opt = vxqa::opt;
+    using SoftCap = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::Variant<vxqa::kLogitSoftCap>>;
+    using Sinks = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::Variant<vxqa::kAttentionSinks>>;
+    using Window = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>;
+    using All = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>;
+    for (int i : {0, 1, 3}) {
+      results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain"));
+      results.push_back(run_shape<SoftCap>(shapes[i], stream, sms, l2, copy, 0, "soft-cap 30", false, {0, 30.f, false}));
+      results.push_back(run_shape<Sinks>(shapes[i], stream, sms, l2, copy, 0, "sinks", false, {0, 0.f, true}));
+      results.push_back(run_shape<All>(shapes[i], stream, sms, l2, copy, 0, "every flag compiled in, all off"));
+      results.push_back(run_shape<All>(shapes[i], stream, sms, l2, copy, 0, "window 4096 + soft-cap 30 + sinks", false,
+                                       {4096, 30.f, true}));
+    }
+    // A window of 4,096 keys over the seed shape's ~17.8K contexts, against plain attention
+    // over 4,096-token sequences: the same keys read.
+    static const Shape seed_4k{"B16 x 4096, page 800", 16, 4096, 800, 6, 1, false};
+    static const Shape page16_4k{"B16 x 4096, page 16", 16, 4096, 16, 6, 1, false};
+    results.push_back(run_shape<E5m2>(seed_4k, stream, sms, l2, copy, 0, "plain"));
+    results.push_back(run_shape<Window>(shapes[0], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
+    results.push_back(run_shape<E5m2>(page16_4k, stream, sms, l2, copy, 0, "plain"));
+    results.push_back(run_shape<Window>(shapes[1], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
   } else if (mode == "profile") {  // one shape, for ncu
     const int profile_shape = shape_arg < 0 ? 0 : shape_arg;
     if (profile_shape >= vxqa_bench::kShapeCount) {

@@ -9,6 +9,7 @@
 #                                        (and memcheck on the poisoned block tables)
 #   bench.json bench.log                 the decode benchmark
 #   host-cost.json host-cost.log         a decode() call's host time and the opt-in's share (step "hostcost")
+#   variants.json variants.log           the attention variants against plain attention (step "variants")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
 #                                        plan against the rule it replaced ("plans"); ramp.json
@@ -164,6 +165,13 @@ step_experiment() {
   ./build-gpu/bench/vxqa_decode_bench --experiment --json "$out/experiment.json" --commit "$commit" >"$out/experiment.log" 2>&1
   note "experiment: rc $?, $((SECONDS - start)) s"
   cat "$out/experiment.log"
+}
+
+step_variants() {  # the attention variants against plain attention (bench --variants)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --variants --json "$out/variants.json" --commit "$commit" >"$out/variants.log" 2>&1
+  note "variants: rc $?, $((SECONDS - start)) s"
+  cat "$out/variants.log"
 }
 
 step_plans() {  # each shape's default plan against the rule it replaced

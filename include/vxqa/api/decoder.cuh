@@ -7,9 +7,11 @@
 //   Status s = decoder.init(shape);          // once: plan and workspace
 //   s = decoder.decode(params, stream);      // every step (capturable in a CUDA graph)
 //
-// Choice: the first Config of the list with the shape's head dim and cache type whose
-// compile-time page size equals the shape's; else the first such with a run-time page size
-// (0). None: init fails naming the field. Every Config of the list is instantiated (its
+// Choice: among the Configs of the list with the shape's head dim, cache type and q/out
+// type whose variant has every flag the shape asks for (DecoderShape::variant), those with
+// the fewest flags (none asked: a plain Config); of those the first whose compile-time
+// page size equals the shape's, else the first with a run-time page size (0). None: init
+// fails naming the field. Every Config of the list is instantiated (its
 // kernels compiled) where a Decoder<List> is used, so a short list builds faster.
 #pragma once
 #include <cuda_runtime.h>
@@ -24,6 +26,9 @@ struct ConfigList {};
 
 // The default list for one q/out type: head dims 64, 128, 256, E5M2 and fp16 caches, page
 // 16 at compile time for E5M2 (vLLM's default) and any other page size at run time.
+// Each head dim and cache also has a Config with every variant flag (any page size at run
+// time), which serves a shape asking for any variant; flags it has that a step does not
+// use are off at run time.
 template <ActType Qo>
 using DefaultDecoderConfigsFor =
     ConfigList<DecodeConfig<64, KvType::kE5M2, opt::PageSize<16>, opt::QoType<Qo>>,
@@ -32,7 +37,13 @@ using DefaultDecoderConfigsFor =
                DecodeConfig<64, KvType::kE5M2, opt::QoType<Qo>>, DecodeConfig<128, KvType::kE5M2, opt::QoType<Qo>>,
                DecodeConfig<256, KvType::kE5M2, opt::QoType<Qo>>, DecodeConfig<64, KvType::kFp16, opt::QoType<Qo>>,
                DecodeConfig<128, KvType::kFp16, opt::QoType<Qo>>,
-               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>>>;
+               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>>,
+               DecodeConfig<64, KvType::kE5M2, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<128, KvType::kE5M2, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<256, KvType::kE5M2, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<64, KvType::kFp16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<128, KvType::kFp16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>>;
 
 template <class... Lists>
 struct ConcatConfigLists;
@@ -55,6 +66,11 @@ struct DecoderShape {
   int max_batch = 0;
   int max_context = 0;
   ActType qo_type = ActType::kFp16;  // of q and out (last: older aggregate initialisers still compile)
+  // The attention variant's flags the steps may use (VariantFlag bits; 0: plain attention),
+  // and with kSlidingWindow the largest window a step gives (0: any, chunks over the whole
+  // context; > 0: chunks over the window: make_decode_plan's max_window).
+  unsigned variant = 0u;
+  int max_window = 0;
 };
 
 template <class List = DefaultDecoderConfigs>
@@ -84,6 +100,11 @@ class Decoder<ConfigList<Configs...>> {
     if (const Status set = detail::check_cache_type_set(shape.cache_type); !set.ok()) return set;
     if (shape.head_dim < 1) return Status::invalid("head_dim", "must be >= 1");
     if (shape.page_size < 1) return Status::invalid("page_size", "must be >= 1");
+    if (shape.variant & ~kAllVariantFlags)
+      return Status::invalid("variant", "has bits that are not VariantFlag values");
+    if (shape.max_window < 0) return Status::invalid("max_window", "must be >= 0");
+    if (shape.max_window > 0 && !(shape.variant & kSlidingWindow))
+      return Status::invalid("max_window", "is set, but the shape's variant has no kSlidingWindow");
     int index = find(shape, true);
     if (index < 0) index = find(shape, false);
     if (index < 0)
@@ -91,7 +112,9 @@ class Decoder<ConfigList<Configs...>> {
                                              std::to_string(shape.head_dim) + " with a " +
                                              kv_type_name(shape.cache_type) +
                                              " cache, " + act_type_name(shape.qo_type) +
-                                             " q/out and page size " + std::to_string(shape.page_size));
+                                             " q/out and page size " + std::to_string(shape.page_size) +
+                                             (shape.variant ? " with variant flags " + std::to_string(shape.variant)
+                                                            : std::string()));
     DecodePlan plan;
     const Status s = entries()[index].plan(shape, &plan);
     if (!s.ok()) return s;
@@ -155,6 +178,7 @@ class Decoder<ConfigList<Configs...>> {
     KvType kv;
     ActType qo;
     int page_size;  // 0: run time
+    unsigned variant;  // VariantFlag bits
     Status (*plan)(const DecoderShape&, DecodePlan*);
     Status (*decode)(const DecodeParams&, const DecodePlan&, void*, size_t, cudaStream_t);
     std::string (*name)();
@@ -162,16 +186,19 @@ class Decoder<ConfigList<Configs...>> {
 
   template <class Config>
   static Entry entry_for() {
-    return Entry{Config::kHeadDim, Config::kKv, Config::kQo, Config::kPageSize,
+    return Entry{Config::kHeadDim, Config::kKv, Config::kQo, Config::kPageSize, Config::Variant::kVariantFlags,
                  [](const DecoderShape& s, DecodePlan* plan) {
-                   return make_decode_plan<Config>(s.max_batch, s.max_context, s.num_kv_heads, s.group_size, plan);
+                   return make_decode_plan<Config>(s.max_batch, s.max_context, s.num_kv_heads, s.group_size, plan,
+                                                   s.max_window);
                  },
                  &vxqa::decode<Config>,
                  [] {
                    return "D" + std::to_string(Config::kHeadDim) + " " + KvTraits<Config::kKv>::kName + " " +
                           ActTraits<Config::kQo>::kName + " W" +
                           std::to_string(Config::kWarps) +
-                          (Config::kPageSize ? " page" + std::to_string(Config::kPageSize) : std::string(" page*"));
+                          (Config::kPageSize ? " page" + std::to_string(Config::kPageSize) : std::string(" page*")) +
+                          (Config::Variant::kWindow ? " +window" : "") + (Config::Variant::kSoftCap ? " +softcap" : "") +
+                          (Config::Variant::kSinks ? " +sinks" : "");
                  }};
   }
 
@@ -180,13 +207,18 @@ class Decoder<ConfigList<Configs...>> {
     return table;
   }
 
+  static int flag_count(unsigned flags) { return int(flags & 1u) + int((flags >> 1) & 1u) + int((flags >> 2) & 1u); }
+
   static int find(const DecoderShape& s, bool exact_page) {
+    int best = -1;
     for (int i = 0; i < int(sizeof...(Configs)); ++i) {
       const Entry& e = entries()[i];
       if (e.head_dim != s.head_dim || e.kv != s.cache_type || e.qo != s.qo_type) continue;
-      if (exact_page ? e.page_size == s.page_size : e.page_size == 0) return i;
+      if ((e.variant & s.variant) != s.variant) continue;
+      if (!(exact_page ? e.page_size == s.page_size : e.page_size == 0)) continue;
+      if (best < 0 || flag_count(e.variant) < flag_count(entries()[best].variant)) best = i;
     }
-    return -1;
+    return best;
   }
 
   void release() {
