@@ -238,3 +238,61 @@ TEST_CASE("decode reads k/v scales from device pointers when given", "[decoder]"
   params.out = out.get();  // everything valid but the misaligned scale pointer
   REQUIRE(vxqa::validate<Config>(params, plan, ws.get(), plan.workspace_bytes).field() == "k_scale_ptr");
 }
+
+// The shape's variant flags pick the Config: of those with every flag asked, the one with
+// the fewest (plain when none is asked), whatever the list's order; a flag no Config has,
+// or a max_window without the window, is refused by name.
+TEST_CASE("Decoder picks a Config by the shape's variant flags", "[decoder]") {
+  namespace opt = vxqa::opt;
+  using VariantList =
+      vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>,
+                       vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>,
+                       vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>>;
+  using Decoder = vxqa::Decoder<VariantList>;
+  vxqa::DecoderShape s;
+  s.head_dim = 64;
+  s.cache_type = vxqa::KvType::kE5M2;
+  s.page_size = 16;
+  s.num_kv_heads = 2;
+  s.group_size = 4;
+  s.max_batch = 4;
+  s.max_context = 8192;
+  struct Want {
+    unsigned variant;
+    int max_window;
+    const char* config;
+  };
+  const Want cases[] = {{0u, 0, "D64 e5m2 fp16 W4 page*"},
+                        {vxqa::kSlidingWindow, 0, "D64 e5m2 fp16 W4 page* +window"},
+                        {vxqa::kSlidingWindow, 512, "D64 e5m2 fp16 W4 page* +window"},
+                        {vxqa::kAttentionSinks, 0, "D64 e5m2 fp16 W4 page* +window +softcap +sinks"},
+                        {vxqa::kLogitSoftCap | vxqa::kSlidingWindow, 100,
+                         "D64 e5m2 fp16 W4 page* +window +softcap +sinks"}};
+  for (const Want& w : cases) {
+    s.variant = w.variant;
+    s.max_window = w.max_window;
+    Decoder::Choice choice;
+    const vxqa::Status st = Decoder::choose(s, &choice);
+    INFO("variant " << w.variant << " max_window " << w.max_window << ": " << st.message());
+    REQUIRE(st.ok());
+    CHECK(Decoder::config_name(choice) == w.config);
+    CHECK(choice.plan.max_window == w.max_window);
+    if (w.max_window > 0) CHECK(choice.plan.num_chunks * choice.plan.chunk_tokens < s.max_context);
+  }
+  s.variant = vxqa::kSlidingWindow;
+  s.max_window = -1;
+  Decoder::Choice choice;
+  CHECK(Decoder::choose(s, &choice).field() == "max_window");
+  s.variant = 0u;
+  s.max_window = 64;
+  CHECK(Decoder::choose(s, &choice).field() == "max_window");
+  s.max_window = 0;
+  s.variant = 8u;
+  CHECK(Decoder::choose(s, &choice).field() == "variant");
+  using PlainOnly = vxqa::Decoder<vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>>>;
+  s.variant = vxqa::kAttentionSinks;
+  PlainOnly::Choice plain_choice;
+  const vxqa::Status none = PlainOnly::choose(s, &plain_choice);
+  CHECK(none.field() == "head_dim");
+  CHECK(none.message().find("variant flags 4") != std::string::npos);
+}
