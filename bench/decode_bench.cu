@@ -73,6 +73,7 @@ struct Result {
   double mbytes, eager_us, graph_us, gbs, pct_copy;
   int chunk, chunks, copies;
   std::vector<int32_t> lens;  // so a peer can run the same lengths
+  VariantValues variant;      // and the same variant
 };
 
 
@@ -232,7 +233,7 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
 
   const double best = std::min(eager, replay);
   Result r{shape, name.empty() ? config_name<Config>() : name, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
-           plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens};
+           plan.chunk_tokens, plan.num_chunks, copies, p.seq_lens, variant};
   r.pct_copy = 100.0 * r.gbs / copy_gbs;
   // As it goes, so that a run cut short still shows what it measured (the table is printed last).
   std::fprintf(stderr, "measured: %s | %s | graph %.2f us | %.1f %% of copy | chunk %d x %d\n", shape.name,
@@ -488,10 +489,12 @@ int main(int argc, char** argv) {
                    "    {\"shape\": \"%s\", \"config\": \"%s\", \"batch\": %d, \"context\": %d, \"page\": %d, \"group\": %d, "
                    "\"kv_heads\": %d, \"head_dim\": %d, \"ragged\": %s, \"tokens\": %lld, \"mbytes\": %.3f, "
                    "\"eager_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"pct_copy\": %.2f, "
-                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d, \"lens\": [%s]}%s\n",
+                   "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d, \"window\": %d, "
+                   "\"softcap\": %.1f, \"sinks\": %s, \"lens\": [%s]}%s\n",
                    r.shape.name, r.config.c_str(), r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
                    r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
-                   r.pct_copy, r.chunk, r.chunks, r.copies, join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
+                   r.pct_copy, r.chunk, r.chunks, r.copies, r.variant.window, double(r.variant.softcap),
+                   r.variant.sinks ? "true" : "false", join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"append\": [\n");
     for (size_t i = 0; i < appends.size(); ++i) {
