@@ -416,7 +416,11 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
       buffers.out = fake(5ull << 32);
       buffers.lse = static_cast<float*>(fake(6ull << 32));
       buffers.scales = static_cast<const float*>(fake(8ull << 32));
+      buffers.sinks = static_cast<const float*>(fake(9ull << 32));
       const vxqa::DecodeParams params = case_params(pc, buffers, Config::kQo);
+      REQUIRE(params.sliding_window == c.problem.window);
+      REQUIRE(params.logit_softcap == c.problem.logit_softcap);
+      REQUIRE((params.sinks != nullptr) == c.problem.sinks);
       REQUIRE(params.qo_type == Config::kQo);
       REQUIRE((params.k_scale_ptr != nullptr) == c.k_scale_on_device);
       REQUIRE((params.v_scale_ptr != nullptr) == c.v_scale_on_device);

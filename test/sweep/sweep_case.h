@@ -67,6 +67,7 @@ struct PlanSpec {
   int max_context = 1;
   int sm_count = 1;
   int chunk_multiple = 0;  // 0: the plan picks the chunk; else chunk = this · Config::kChunkMultiple
+  int max_window = 0;      // > 0: a plan for windows of at most this many keys (make_decode_plan's)
 };
 
 enum class Target { kQ, kK, kV };
@@ -169,6 +170,10 @@ struct SweepCase {
     std::vector<int32_t> lens = problem.seq_lens;
     for (const auto& [seq, len] : bad_lengths) lens[seq] = len;
     return lens;
+  }
+  // The attention variant's flags the case uses (vxqa::VariantFlag bits; 0: plain).
+  unsigned variant_flags() const {
+    return (problem.window > 0 ? 1u : 0u) | (problem.logit_softcap > 0.f ? 2u : 0u) | (problem.sinks ? 4u : 0u);
   }
   uint32_t expected_errors() const {  // vxqa::DecodeError bits
     return cls == CaseClass::kBadLength ? 1u : cls == CaseClass::kBadPage ? 2u : 0u;
@@ -322,6 +327,23 @@ inline void draw_scales(CaseRng& r, SweepCase* c) {
   o.k_scale = float(k_scale);
   o.softmax_scale = float(softmax_scale);
   o.v_scale = float(r.log_uniform(1e-3, 1e3));  // |out| <= 2 · 1e3, far under fp16's 65504
+}
+
+// A sliding window at an edge (one key, a page, a chunk ±1) or anywhere up to past the
+// longest sequence, a soft-cap from a tenth of the score spread to far above it, sinks; at
+// least one of them. Half the windowed cases plan for the window (max_window).
+inline void draw_variant(CaseRng& r, SweepCase* c) {
+  RandomProblemOptions& o = c->problem;
+  do {
+    if (r.chance(60)) {
+      const int page = o.page_size, chunk = c->plan.chunk_multiple ? 16 * c->plan.chunk_multiple : 64;
+      const int edges[] = {1, 2, page, page + 1, std::max(1, page - 1), 15, 16, 17, chunk, chunk + 1, std::max(1, chunk - 1)};
+      o.window = r.chance(50) ? r.pick(edges) : r.in(1, std::max(c->longest(), 1) + 64);
+      if (r.chance(50)) c->plan.max_window = o.window + r.in(0, 2) * r.in(0, 40);
+    }
+    if (r.chance(40)) o.logit_softcap = float(r.log_uniform(0.1, 100.0) * std::max(c->score_spread, 1e-2));
+    if (r.chance(40)) o.sinks = true;
+  } while (c->variant_flags() == 0u);
 }
 
 // A sequence with length >= 1, or -1.
@@ -535,6 +557,9 @@ inline SweepCase draw_case(uint64_t seed) {
   c.k_scale_on_device = r.chance(35);
   c.v_scale_on_device = r.chance(35);
   c.graph = r.chance(20);
+  // The attention variant (drawn after everything else: the draws above are what they
+  // were): a third of the finite cases, run by the Configs with every flag.
+  if (c.cls == CaseClass::kFinite && r.chance(33)) detail::draw_variant(r, &c);
   return c;
 }
 
@@ -579,17 +604,21 @@ inline std::string summary(const SweepCase& c) {
   const RandomProblemOptions& o = c.problem;
   int empty = 0;
   for (int32_t len : o.seq_lens) empty += len == 0;
-  char text[640];
+  char variant[96] = "";
+  if (c.variant_flags())
+    std::snprintf(variant, sizeof variant, ", variant: window %d (plan max %d), soft-cap %.3g%s", o.window,
+                  c.plan.max_window, double(o.logit_softcap), o.sinks ? ", sinks" : "");
+  char text[736];
   std::snprintf(text, sizeof text,
                 "[%s, %s] D%d %s G%d Hkv%d B%d page %d %s, longest %d (%d empty)%s, scales k %.3g v %.3g "
-                "softmax %.3g, spread %.3g, plan %s%s; %s%s%s%s%s",
+                "softmax %.3g, spread %.3g, plan %s%s; %s%s%s%s%s%s",
                 class_name(c.cls), tier_name(c.tier), o.head_dim,
                 o.format == KvFormat::kE5M2 ? "e5m2" : "fp16", o.group, o.kv_heads, o.batch, o.page_size,
                 layout_name(o.layout), c.longest(), empty, o.shared_prefix_pages ? ", shared prefix" : "",
                 double(o.k_scale), double(o.v_scale), double(o.softmax_scale), c.score_spread,
                 plan_words(c.plan).c_str(), c.masked.seq >= 0 ? ", masked tail" : "", io_words(c).c_str(),
                 c.bf16_q ? ", bf16 q" : "", c.k_scale_on_device ? ", k scale on device" : "",
-                c.v_scale_on_device ? ", v scale on device" : "", c.graph ? ", graph replay" : "");
+                c.v_scale_on_device ? ", v scale on device" : "", c.graph ? ", graph replay" : "", variant);
   return text;
 }
 

@@ -31,7 +31,13 @@ using vxqa::PageIdCheck;
 // the SM70 path's knobs.
 template <int D, KvType Kv, int Warps = 4, int Stages = 1, int PageSize = 0, ConvertAt Convert = ConvertAt::kConsume,
           ActType Qo = ActType::kFp16>
-using Sm70 = DecodeConfig<D, Kv, opt::Warps<Warps>, opt::Sm70Stages<Stages>, opt::PageSize<PageSize>, opt::Convert<Convert>, opt::Atom<MmaAtom::kSm70>, opt::QoType<Qo>>;
+using Sm70 = DecodeConfig<D, Kv, opt::Warps<Warps>, opt::Sm70Stages<Stages>, opt::PageSize<PageSize>,
+                          opt::Convert<Convert>, opt::Atom<MmaAtom::kSm70>, opt::QoType<Qo>>;
+// Every attention variant flag: the Configs the variant cases run on, one a head dim and
+// cache format (any page size), the atoms alternating so that each format and each atom
+// gets variant cases.
+template <int D, KvType Kv, class... Options>
+using EveryVariant = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, Options...>;
 
 // Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
 // takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
@@ -43,27 +49,33 @@ using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kFp16>,
                               Sm70<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::PageSize<24>>,
-                              Sm70<64, KvType::kFp16, /*Warps*/ 8, /*Stages*/ 2>>;
+                              Sm70<64, KvType::kFp16, /*Warps*/ 8, /*Stages*/ 2>,
+                              EveryVariant<64, KvType::kE5M2>, EveryVariant<64, KvType::kFp16, opt::Atom<MmaAtom::kSm70>>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
                                DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>>,
                                DecodeConfig<128, KvType::kFp16>,
                                Sm70<128, KvType::kE5M2>, Sm70<128, KvType::kFp16>,
                                Sm70<128, KvType::kE5M2, 2, 2, /*PageSize*/ 40, ConvertAt::kPublish>,
-                               Sm70<128, KvType::kFp16, 4, 2, 0, ConvertAt::kConsume, ActType::kBf16>>;
+                               Sm70<128, KvType::kFp16, 4, 2, 0, ConvertAt::kConsume, ActType::kBf16>,
+                               EveryVariant<128, KvType::kFp16>,
+                               EveryVariant<128, KvType::kE5M2, opt::Atom<MmaAtom::kSm70>>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>,
                                DecodeConfig<256, KvType::kFp16>,
                                Sm70<256, KvType::kE5M2>, Sm70<256, KvType::kFp16, 2>,
                                DecodeConfig<256, KvType::kE5M2, opt::Warps<1>, opt::Atom<MmaAtom::kAuto>, opt::AsyncStages<3>, opt::QoType<ActType::kBf16>>,
-                               Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>>;
+                               Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>,
+                               EveryVariant<256, KvType::kE5M2>,
+                               EveryVariant<256, KvType::kFp16, opt::Warps<2>, opt::Atom<MmaAtom::kSm70>>>;
 
 // The plan Config makes for the case.
 template <class Config>
 vxqa::Status make_case_plan(const SweepCase& c, vxqa::DecodePlan* plan) {
   const PlanSpec& s = c.plan;
   return vxqa::make_decode_plan<Config>(s.max_batch, s.max_context, c.problem.kv_heads, c.problem.group,
-                                        s.sm_count, plan, s.chunk_multiple * Config::kChunkMultiple);
+                                        s.sm_count, plan, s.chunk_multiple * Config::kChunkMultiple, 4, 1,
+                                        s.max_window);
 }
 
 // What the sweep needs to know of a Config on the host.
@@ -74,10 +86,14 @@ struct ConfigInfo {
   int page_size = 0;  // 0: any
   ActType qo = ActType::kFp16;
   bool sm70_atom = false;
+  unsigned variant = 0u;  // VariantFlag bits compiled in
   vxqa::Status (*plan)(const SweepCase&, vxqa::DecodePlan*) = nullptr;  // make_case_plan<Config>
+  // A case with a variant goes to the Configs with its flags, a plain one to those without
+  // any (the every-flag Configs' plain answers are the decode_variants tests').
   bool accepts(const SweepCase& c) const {
     return c.problem.head_dim == head_dim && c.problem.format == format &&
-           (page_size == 0 || c.problem.page_size == page_size) && (qo == ActType::kFp16 || c.bf16_q);
+           (page_size == 0 || c.problem.page_size == page_size) && (qo == ActType::kFp16 || c.bf16_q) &&
+           (c.variant_flags() == 0u) == (variant == 0u) && (c.variant_flags() & ~variant) == 0u;
   }
 };
 
@@ -89,6 +105,7 @@ ConfigInfo config_info() {
   info.page_size = Config::kPageSize;
   info.qo = Config::kQo;
   info.sm70_atom = Config::kAtom == MmaAtom::kSm70;
+  info.variant = Config::Variant::kVariantFlags;
   info.plan = &make_case_plan<Config>;
   info.name = "D" + std::to_string(Config::kHeadDim) + " " + vxqa::KvTraits<Config::kKv>::kName +
               " W" + std::to_string(Config::kWarps) + " S" + std::to_string(Config::kStages) +
@@ -96,7 +113,7 @@ ConfigInfo config_info() {
               (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "") +
               (Config::kAsyncStages ? " async-stages " + std::to_string(Config::kAsyncStages) : std::string()) +
               (Config::kQo == ActType::kBf16 ? " bf16-qo" : "") +
-              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "");
+              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "") + (info.variant ? " every-variant" : "");
   return info;
 }
 

@@ -134,6 +134,10 @@ inline void build(const SweepCase& c, PreparedCase* out) {
 
   out->reference = vxqa::reference::decode_reference(p.inputs());
   out->expect = vxqa::reference::expect_from_lengths(p.seq_lens);
+  // With sinks a sequence without tokens has an LSE (its sink): the reference's values.
+  if (!p.sinks.empty())
+    for (Expect& e : out->expect)
+      if (e == Expect::kEmpty) e = Expect::kReference;
   for (const auto& bad : c.bad_lengths) out->expect[bad.first] = Expect::kNan;
   if (c.bad_page.seq >= 0) out->expect[c.bad_page.seq] = Expect::kNan;
   out->expected_errors = c.expected_errors();
@@ -151,6 +155,7 @@ struct CaseBuffers {
   void* out = nullptr;  // the start of an out buffer of spec.io.out_elements (offset 0)
   float* lse = nullptr;
   const float* scales = nullptr;  // device_scales(): {k, v}
+  const float* sinks = nullptr;   // the problem's sinks, [Hq] (cases with sinks)
 };
 
 // What the device scales hold: the case's k and v scales.
@@ -169,6 +174,9 @@ inline vxqa::DecodeParams case_params(const PreparedCase& c, const CaseBuffers& 
   params.q_batch_stride = io.q_batch_stride;
   params.out_head_stride = io.out_head_stride;
   params.out_batch_stride = io.out_batch_stride;
+  params.sliding_window = c.problem.window;
+  params.logit_softcap = c.problem.logit_softcap;
+  params.sinks = c.problem.sinks.empty() ? nullptr : d.sinks;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if (c.spec.k_scale_on_device) params.k_scale_ptr = d.scales, params.k_scale = nan;
   if (c.spec.v_scale_on_device) params.v_scale_ptr = d.scales + 1, params.v_scale = nan;

@@ -53,7 +53,7 @@ class GrowBuffer {
 
 // One case on the device.
 struct DeviceCase {
-  GrowBuffer cache, q, q_bf16, table, lens, out, lse, workspace, scales;
+  GrowBuffer cache, q, q_bf16, table, lens, out, lse, workspace, scales, sinks;
   DeviceCase() = default;
   DeviceCase(const DeviceCase&) = delete;
   DeviceCase& operator=(const DeviceCase&) = delete;
@@ -76,6 +76,7 @@ struct DeviceCase {
     if (!c.device_q_bf16.empty()) upload(q_bf16, c.device_q_bf16);
     upload(table, c.device_table);
     upload(lens, c.device_lens);
+    if (!c.problem.sinks.empty()) upload(sinks, c.problem.sinks);
     out.reserve(size_t(c.spec.io.out_elements) * sizeof(uint16_t));
     lse.reserve(size_t(c.problem.batch) * c.problem.query_heads() * sizeof(float));
     set_scales(device_scales(c.spec));
@@ -91,6 +92,7 @@ struct DeviceCase {
     b.out = out.get();
     b.lse = static_cast<float*>(lse.get());
     b.scales = static_cast<const float*>(scales.get());
+    b.sinks = static_cast<const float*>(sinks.get());
     return b;
   }
   // The stream graph runs are captured on: blocking, so ordered after legacy-stream copies.

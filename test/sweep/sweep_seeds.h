@@ -67,6 +67,10 @@ inline std::vector<std::string> coverage_items(const SweepCase& c, const std::ve
     if (masked_chunk_exercised(c, plan.chunk_tokens)) items.insert(std::string("masked chunk, ") + atom_words(info));
     if (info.qo == vxqa::ActType::kBf16) items.insert(std::string("bf16 q/out, ") + atom_words(info));
     if (info.page_size % 16 != 0) items.insert(std::string("compile-time page not a multiple of 16, ") + atom_words(info));
+    if (o.window > 0) items.insert(std::string("sliding window, ") + atom_words(info));
+    if (o.window > 0 && c.plan.max_window > 0) items.insert(std::string("plan cut over the window, ") + atom_words(info));
+    if (o.logit_softcap > 0.f) items.insert(std::string("logit soft-cap, ") + atom_words(info));
+    if (o.sinks) items.insert(std::string("attention sinks, ") + atom_words(info));
   }
   if (c.bf16_q) items.insert("q of bf16 values");
   if (c.k_scale_on_device) items.insert("k scale on device");
@@ -105,7 +109,8 @@ inline std::vector<std::string> smoke_required(const std::vector<ConfigInfo>& co
   for (size_t i = 0; i < configs.size(); ++i) need.push_back("config " + std::to_string(i) + ": " + configs[i].name);
   for (const char* atom : {"default atom", "sm70 atom"})
     for (const char* what : {"more than 32 chunks merged, ", "masked chunk, ", "bf16 q/out, ",
-                             "compile-time page not a multiple of 16, "})
+                             "compile-time page not a multiple of 16, ", "sliding window, ",
+                             "plan cut over the window, ", "logit soft-cap, ", "attention sinks, "})
       need.push_back(std::string(what) + atom);
   for (int i = 0; i < kCaseClasses; ++i) need.push_back(std::string("class ") + class_name(CaseClass(i)));
   for (const char* s : {"k scale on device", "v scale on device", "graph replay, device scales",
