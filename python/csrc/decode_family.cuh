@@ -18,7 +18,9 @@ struct Prepend<Config, vxqa::ConfigList<Configs...>> {
   using type = vxqa::ConfigList<Config, Configs...>;
 };
 
-// The Configs of List with head dim D and cache type Kv, in List's order.
+// The Configs of List with head dim D and cache type Kv, in List's order: the plain ones
+// and the one with every variant flag (opt::Variant<kAllVariantFlags>), which
+// Decoder::choose takes when the shape asks for a variant.
 template <class List, int D, vxqa::KvType Kv>
 struct Family {
   using type = vxqa::ConfigList<>;
@@ -30,7 +32,20 @@ struct Family<vxqa::ConfigList<First, Rest...>, D, Kv> {
 };
 
 template <int HeadDim, vxqa::KvType Kv>
-using FamilyDecoder = vxqa::Decoder<typename Family<vxqa::DefaultDecoderConfigs, HeadDim, Kv>::type>;
+using FamilyList = typename Family<vxqa::DefaultDecoderConfigs, HeadDim, Kv>::type;
+template <int HeadDim, vxqa::KvType Kv>
+using FamilyDecoder = vxqa::Decoder<FamilyList<HeadDim, Kv>>;
+
+// How many Configs of List take q/out type Qo with every variant flag: the ones a plan with
+// a variant (vxqa_torch.DecodePlan(sliding_window=..., logit_softcap=True, sinks=True))
+// runs on.
+template <class List, vxqa::ActType Qo>
+struct VariantConfigCount;
+template <class... Configs, vxqa::ActType Qo>
+struct VariantConfigCount<vxqa::ConfigList<Configs...>, Qo> {
+  static constexpr int value =
+      (0 + ... + int(Configs::kQo == Qo && Configs::Variant::kVariantFlags == vxqa::kAllVariantFlags));
+};
 
 template <int HeadDim, vxqa::KvType Kv>
 typename FamilyDecoder<HeadDim, Kv>::Choice to_decoder_choice(const Choice& c) {
@@ -42,6 +57,10 @@ typename FamilyDecoder<HeadDim, Kv>::Choice to_decoder_choice(const Choice& c) {
 
 template <int HeadDim, vxqa::KvType Kv>
 vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
+  static_assert(VariantConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1 &&
+                    VariantConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1,
+                "the family has no Config with every variant flag for fp16 and bf16 q: the torch ops' "
+                "sliding_window, logit_softcap and sinks need one (vxqa::DefaultDecoderConfigs)");
   vxqa::DecoderShape shape;
   shape.head_dim = s.head_dim;
   shape.cache_type = s.cache_type;
@@ -51,6 +70,8 @@ vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
   shape.group_size = s.group_size;
   shape.max_batch = s.max_batch;
   shape.max_context = s.max_context;
+  shape.variant = s.variant;
+  shape.max_window = s.max_window;
   typename FamilyDecoder<HeadDim, Kv>::Choice chosen;
   const vxqa::Status status = FamilyDecoder<HeadDim, Kv>::choose(shape, &chosen);
   if (status.ok()) *choice = Choice{chosen.index, chosen.plan};

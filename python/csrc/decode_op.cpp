@@ -7,11 +7,15 @@
 // field. Plans come from shapes only (batch capacity and max_context, never this step's
 // lengths), so every op here can be captured in a CUDA graph and replayed as lengths change.
 // Their fake kernels, for meta tensors and torch.compile, are in vxqa_torch/_fake.py.
+// The attention variant (sliding_window, logit_softcap, sinks: vxqa::DecodeParams' fields)
+// is a keyword argument of both decode ops; a plan says which of them its runs may use
+// (plan_decode's variant bits) and the largest window (max_window).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 #include <cmath>
+#include <limits>
 #include <vector>
 #include "launch.h"
 #include "tensor_checks.h"
@@ -29,17 +33,42 @@ enum PlanField : int {
   kPageSize,
   kNumKvHeads,
   kGroupSize,
-  kConfig,  // the Config's index in its family (decode_family.cuh)
+  kConfig,   // the Config's index in its family (decode_family.cuh)
+  kVariant,  // vxqa::VariantFlag bits the runs may use (the plan was made for)
   kMaxBatch,
   kMaxContext,
+  kMaxWindow,  // vxqa::DecodePlan::max_window: > 0, every run's window is 1..max_window
   kChunkTokens,
   kNumChunks,
   kWorkspaceBytes,
   kPlanFields
 };
-constexpr int64_t kPlanTag = 0x76787161'01;  // "vxqa", layout 1
+constexpr int64_t kPlanTag = 0x76787161'02;  // "vxqa", layout 2 (layout 1 had no variant, no max_window)
 
 const char* dtype_name(vxqa::ActType t) { return t == vxqa::ActType::kBf16 ? "BFloat16" : "Half"; }
+
+// The attention variant's values, for both decode ops (vxqa_torch/_fake.py's check_variant):
+// a window >= 0 that fits an int, a soft-cap finite and >= 0 that stays so (and nonzero) in
+// fp32, sinks fp32 [num_q_heads] contiguous. vxqa's validate checks the rest (a soft-cap so
+// small that softmax_scale * k_scale / cap overflows fp32), naming the same field.
+void check_variant(int64_t sliding_window, double logit_softcap, const std::optional<at::Tensor>& sinks,
+                   int64_t q_heads) {
+  TORCH_CHECK_VALUE(sliding_window >= 0, "sliding_window: ", num(sliding_window),
+                    " must be >= 0 (0: the whole context; W > 0: the last W keys)");
+  to_int(sliding_window, "sliding_window");
+  TORCH_CHECK_VALUE(logit_softcap >= 0 && logit_softcap < std::numeric_limits<double>::infinity(),
+                    "logit_softcap: ", flt(logit_softcap), " must be finite and >= 0 (0: off)");
+  const float cap = static_cast<float>(logit_softcap);
+  TORCH_CHECK_VALUE(std::isfinite(cap * 1.4426950408889634f), "logit_softcap: ", flt(logit_softcap),
+                    " is past fp32's range (logit_softcap * log2(e) must be finite in fp32)");
+  TORCH_CHECK_VALUE(logit_softcap == 0 || cap > 0.f, "logit_softcap: ", flt(logit_softcap),
+                    " rounds to 0 in fp32, which would turn the soft-cap off");
+  if (!sinks) return;
+  check_dtype(*sinks, "sinks", {at::kFloat});
+  TORCH_CHECK_VALUE(sinks->dim() == 1 && sinks->size(0) == q_heads, "sinks: must be [num_q_heads] = [", num(q_heads),
+                    "], got shape ", dims(sinks->sizes()));
+  check_contiguous(*sinks, "sinks");
+}
 
 // Everything the shapes, dtypes and strides tell, for both decode ops (vxqa_torch/_fake.py
 // makes the same checks on fake tensors). Returns the cache's format.
@@ -47,7 +76,8 @@ vxqa::KvType check_decode(const at::Tensor& q, const at::Tensor& k_cache, const 
                           const at::Tensor& block_table, const at::Tensor& seq_lens, const std::string& kv_cache_dtype,
                           const std::optional<at::Tensor>& k_scale_tensor,
                           const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor& out,
-                          const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
+                          const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors,
+                          int64_t sliding_window, double logit_softcap, const std::optional<at::Tensor>& sinks) {
   check_dim(q, "q", 3, "[batch, num_q_heads, head_dim]");
   check_dtype(q, "q", {at::kHalf, at::kBFloat16});
   check_rows_contiguous(q, "q");
@@ -83,6 +113,7 @@ vxqa::KvType check_decode(const at::Tensor& q, const at::Tensor& k_cache, const 
   check_errors(errors);
   check_scale_tensor(k_scale_tensor, "k_scale");
   check_scale_tensor(v_scale_tensor, "v_scale");
+  check_variant(sliding_window, logit_softcap, sinks, q_heads);
   return cache_type;
 }
 
@@ -90,7 +121,8 @@ at::Device check_decode_devices(const at::Tensor& q, const at::Tensor& k_cache, 
                                 const at::Tensor& block_table, const at::Tensor& seq_lens, const at::Tensor& out,
                                 const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors,
                                 const std::optional<at::Tensor>& k_scale_tensor,
-                                const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor* workspace) {
+                                const std::optional<at::Tensor>& v_scale_tensor,
+                                const std::optional<at::Tensor>& sinks, const at::Tensor* workspace) {
   return check_devices({{&q, "q"},
                         {&k_cache, "k_cache"},
                         {&v_cache, "v_cache"},
@@ -101,6 +133,7 @@ at::Device check_decode_devices(const at::Tensor& q, const at::Tensor& k_cache, 
                         {given(errors), "errors"},
                         {given(k_scale_tensor), "k_scale"},
                         {given(v_scale_tensor), "v_scale"},
+                        {given(sinks), "sinks"},
                         {workspace, "workspace"}});
 }
 
@@ -109,7 +142,8 @@ vxqa::DecodeParams make_params(const at::Tensor& q, const at::Tensor& k_cache, c
                                std::optional<double> softmax_scale, double k_scale, double v_scale,
                                const std::optional<at::Tensor>& k_scale_tensor,
                                const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor& out,
-                               const std::optional<at::Tensor>& lse) {
+                               const std::optional<at::Tensor>& lse, int64_t sliding_window, double logit_softcap,
+                               const std::optional<at::Tensor>& sinks) {
   vxqa::DecodeParams p;
   p.q = q.data_ptr();
   p.qo_type = q.scalar_type() == at::kBFloat16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
@@ -140,6 +174,9 @@ vxqa::DecodeParams make_params(const at::Tensor& q, const at::Tensor& k_cache, c
   p.k_scale_ptr = k_scale_tensor ? k_scale_tensor->data_ptr<float>() : nullptr;
   p.v_scale_ptr = v_scale_tensor ? v_scale_tensor->data_ptr<float>() : nullptr;
   p.softmax_scale = static_cast<float>(softmax_scale ? *softmax_scale : 1.0 / std::sqrt(double(q.size(2))));
+  p.sliding_window = static_cast<int>(sliding_window);
+  p.logit_softcap = static_cast<float>(logit_softcap);
+  p.sinks = sinks ? sinks->data_ptr<float>() : nullptr;
   return p;
 }
 
@@ -155,19 +192,22 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
                 std::optional<double> softmax_scale, double k_scale, double v_scale,
                 const std::optional<at::Tensor>& k_scale_tensor, const std::optional<at::Tensor>& v_scale_tensor,
                 int64_t max_context, const at::Tensor& out, const std::optional<at::Tensor>& lse,
-                const std::optional<at::Tensor>& errors) {
+                const std::optional<at::Tensor>& errors, int64_t sliding_window, double logit_softcap,
+                const std::optional<at::Tensor>& sinks) {
   const vxqa::KvType cache_type = check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
-                                               k_scale_tensor, v_scale_tensor, out, lse, errors);
+                                               k_scale_tensor, v_scale_tensor, out, lse, errors, sliding_window,
+                                               logit_softcap, sinks);
   const int64_t table_tokens = block_table.size(1) * k_cache.size(1);
   if (max_context == 0) max_context = table_tokens;
   TORCH_CHECK_VALUE(max_context >= 1 && max_context <= table_tokens, "max_context: ", num(max_context),
                     " must be in 1..block_table.size(1) * page_size (", num(table_tokens), ")");
   const at::Device device = check_decode_devices(q, k_cache, v_cache, block_table, seq_lens, out, lse, errors,
-                                                 k_scale_tensor, v_scale_tensor, nullptr);
+                                                 k_scale_tensor, v_scale_tensor, sinks, nullptr);
   if (q.size(0) == 0) return;  // batch 0: nothing to do (vxqa's decode launches nothing either)
 
   const vxqa::DecodeParams p = make_params(q, k_cache, v_cache, block_table, seq_lens, cache_type, softmax_scale,
-                                           k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse);
+                                           k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse,
+                                           sliding_window, logit_softcap, sinks);
   const c10::cuda::CUDAGuard guard(device);
   Shape shape;
   shape.head_dim = p.head_dim;
@@ -178,6 +218,11 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
   shape.group_size = p.group_size;
   shape.max_batch = p.batch;
   shape.max_context = static_cast<int>(max_context);
+  // This call's variant only (none: a plain Config, as before); a window plans its chunks
+  // over that window.
+  shape.variant = (p.sliding_window > 0 ? vxqa::kSlidingWindow : 0u) |
+                  (p.logit_softcap > 0.f ? vxqa::kLogitSoftCap : 0u) | (p.sinks ? vxqa::kAttentionSinks : 0u);
+  shape.max_window = p.sliding_window;
   Choice choice;
   check_status(choose_decode(shape, &choice));
   // From torch's caching allocator on the current stream: legal inside a graph capture.
@@ -192,7 +237,8 @@ void decode_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
 
 std::vector<int64_t> plan_decode(int64_t num_kv_heads, int64_t group_size, int64_t head_dim, int64_t page_size,
                                  int64_t max_batch, int64_t max_context, at::ScalarType q_dtype,
-                                 const std::string& kv_cache_dtype, at::ScalarType cache_dtype, at::Device device) {
+                                 const std::string& kv_cache_dtype, at::ScalarType cache_dtype, at::Device device,
+                                 int64_t variant, int64_t max_window) {
   Shape shape;
   shape.cache_type = cache_format(kv_cache_dtype, cache_dtype, "cache_dtype");
   TORCH_CHECK_VALUE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, "q_dtype: ", q_dtype,
@@ -204,6 +250,13 @@ std::vector<int64_t> plan_decode(int64_t num_kv_heads, int64_t group_size, int64
   shape.group_size = to_int(group_size, "group_size");
   shape.max_batch = to_int(max_batch, "max_batch");
   shape.max_context = to_int(max_context, "max_context");
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= vxqa::kAllVariantFlags, "variant: ", num(variant),
+                    " has bits that are not vxqa::VariantFlag values (1 sliding window, 2 logit soft-cap, 4 sinks)");
+  TORCH_CHECK_VALUE(max_window >= 0, "max_window: ", num(max_window), " must be >= 0");
+  TORCH_CHECK_VALUE(max_window == 0 || (variant & vxqa::kSlidingWindow), "max_window: ", num(max_window),
+                    " is set, but variant has no sliding window (bit 1)");
+  shape.variant = static_cast<unsigned>(variant);
+  shape.max_window = to_int(max_window, "max_window");
   TORCH_CHECK_VALUE(device.is_cuda(), "device: must be a CUDA device, got ", device.str());
   const c10::cuda::CUDAGuard guard(device);
   Choice choice;
@@ -219,8 +272,10 @@ std::vector<int64_t> plan_decode(int64_t num_kv_heads, int64_t group_size, int64
   ints[kNumKvHeads] = plan.num_kv_heads;
   ints[kGroupSize] = plan.group_size;
   ints[kConfig] = choice.index;
+  ints[kVariant] = shape.variant;  // what the runs may use (the Config may have more flags)
   ints[kMaxBatch] = plan.max_batch;
   ints[kMaxContext] = plan.max_context;
+  ints[kMaxWindow] = plan.max_window;
   ints[kChunkTokens] = plan.chunk_tokens;
   ints[kNumChunks] = plan.num_chunks;
   ints[kWorkspaceBytes] = static_cast<int64_t>(plan.workspace_bytes);
@@ -235,6 +290,7 @@ struct Planned {
   vxqa::ActType qo_type;
   int page_size;
   int device;
+  unsigned variant;  // vxqa::VariantFlag bits the runs may use
   Choice choice;
 };
 
@@ -260,8 +316,43 @@ Planned read_plan(c10::IntArrayRef ints) {
   plan.max_context = to_int(ints[kMaxContext], "plan");
   plan.chunk_tokens = to_int(ints[kChunkTokens], "plan");
   plan.num_chunks = to_int(ints[kNumChunks], "plan");
+  plan.max_window = to_int(ints[kMaxWindow], "plan");
   plan.workspace_bytes = static_cast<size_t>(ints[kWorkspaceBytes]);
+  TORCH_CHECK_VALUE(ints[kVariant] <= vxqa::kAllVariantFlags, "plan.variant: ", num(ints[kVariant]),
+                    " has bits that are not vxqa::VariantFlag values");
+  p.variant = static_cast<unsigned>(ints[kVariant]);
+  TORCH_CHECK_VALUE(plan.max_window == 0 || (p.variant & vxqa::kSlidingWindow), "plan.max_window: ",
+                    num(plan.max_window), " is set, but the plan's variant has no sliding window");
+  // The plan's chunk arithmetic (vxqa::make_decode_plan; vxqa's validate_plan checks it too,
+  // on the GPU): its chunks cover plan_span(max_context, max_window) keys.
+  TORCH_CHECK_VALUE(plan.chunk_tokens >= 1, "plan.chunk_tokens: ", num(plan.chunk_tokens), " must be >= 1");
+  const int64_t span = vxqa::plan_span(plan.max_context, plan.max_window);
+  const int64_t chunks = (span + plan.chunk_tokens - 1) / plan.chunk_tokens;
+  TORCH_CHECK_VALUE(plan.num_chunks == chunks, "plan.num_chunks: ", num(plan.num_chunks), " does not match the ",
+                    num(chunks), " chunks of ", num(plan.chunk_tokens), " tokens that cover the plan's span of ",
+                    num(span), " keys (max_context, or max_window + ", num(vxqa::kWindowChunkAlign - 1), ")");
   return p;
+}
+
+// A run's variant against the plan's: each value the plan was made for (a window within
+// its max_window), each mismatch naming the argument (vxqa_torch/_fake.py's).
+void check_variant_against_plan(const Planned& pl, int64_t sliding_window, double logit_softcap,
+                                const std::optional<at::Tensor>& sinks) {
+  const int max_window = pl.choice.plan.max_window;
+  if (!(pl.variant & vxqa::kSlidingWindow)) {
+    TORCH_CHECK_VALUE(sliding_window == 0, "sliding_window: ", num(sliding_window),
+                      " given to a plan made without a window: make the plan with "
+                      "DecodePlan(..., sliding_window=W), W the largest window its runs pass");
+  } else if (max_window > 0) {
+    TORCH_CHECK_VALUE(sliding_window >= 1 && sliding_window <= max_window, "sliding_window: ", num(sliding_window),
+                      " is outside 1..", num(max_window), ", the windows of this plan (DecodePlan(sliding_window=",
+                      num(max_window), "): its chunks cover no more keys",
+                      sliding_window == 0 ? "; layers of full attention need a plan without sliding_window" : "");
+  }
+  TORCH_CHECK_VALUE(logit_softcap == 0 || (pl.variant & vxqa::kLogitSoftCap), "logit_softcap: ", flt(logit_softcap),
+                    " given to a plan made without a soft-cap: make the plan with DecodePlan(..., logit_softcap=True)");
+  TORCH_CHECK_VALUE(!sinks || (pl.variant & vxqa::kAttentionSinks),
+                    "sinks: given to a plan made without sinks: make the plan with DecodePlan(..., sinks=True)");
 }
 
 // The tensors against the shape the plan was made for, each mismatch naming its tensor.
@@ -298,19 +389,23 @@ void decode_planned(c10::IntArrayRef plan, const at::Tensor& workspace, const at
                     const std::string& kv_cache_dtype, std::optional<double> softmax_scale, double k_scale,
                     double v_scale, const std::optional<at::Tensor>& k_scale_tensor,
                     const std::optional<at::Tensor>& v_scale_tensor, const at::Tensor& out,
-                    const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors) {
+                    const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& errors,
+                    int64_t sliding_window, double logit_softcap, const std::optional<at::Tensor>& sinks) {
   const Planned pl = read_plan(plan);
   const vxqa::KvType cache_type = check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
-                                               k_scale_tensor, v_scale_tensor, out, lse, errors);
+                                               k_scale_tensor, v_scale_tensor, out, lse, errors, sliding_window,
+                                               logit_softcap, sinks);
   check_against_plan(pl, q, k_cache, block_table, cache_type, workspace);
+  check_variant_against_plan(pl, sliding_window, logit_softcap, sinks);
   const at::Device device = check_decode_devices(q, k_cache, v_cache, block_table, seq_lens, out, lse, errors,
-                                                 k_scale_tensor, v_scale_tensor, &workspace);
+                                                 k_scale_tensor, v_scale_tensor, sinks, &workspace);
   TORCH_CHECK_VALUE(device.index() == pl.device, "q: is on ", device.str(), ", the plan was made for cuda:",
                     num(pl.device), " (make a DecodePlan on each device)");
   if (q.size(0) == 0) return;  // batch 0: nothing to do
 
   const vxqa::DecodeParams p = make_params(q, k_cache, v_cache, block_table, seq_lens, cache_type, softmax_scale,
-                                           k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse);
+                                           k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse,
+                                           sliding_window, logit_softcap, sinks);
   const c10::cuda::CUDAGuard guard(device);
   check_status(decode_with(pl.head_dim, pl.cache_type, pl.choice, p, workspace.data_ptr(),
                            static_cast<size_t>(workspace.numel()),

@@ -24,6 +24,11 @@ struct Shape {
   vxqa::KvType cache_type = vxqa::KvType::kUnset;
   vxqa::ActType qo_type = vxqa::ActType::kFp16;
   int page_size = 0, num_kv_heads = 0, group_size = 0, max_batch = 0, max_context = 0;
+  // The attention variant the steps may use (vxqa::VariantFlag bits: 1 sliding window, 2
+  // logit soft-cap, 4 sinks; 0 plain: a Config without a variant) and, with the window, the
+  // largest window a step gives (> 0: the plan's chunks cover max_window + 15 keys; 0: any).
+  unsigned variant = 0;
+  int max_window = 0;
 };
 
 // vxqa::Decoder::choose over the Configs of vxqa::DefaultDecoderConfigs with the shape's head

@@ -9,17 +9,25 @@ TORCH_LIBRARY(vxqa, m) {
   // kv_cache_dtype: vLLM's string ("auto", "fp8_e5m2"; "fp8" / "fp8_e4m3" refused for now).
   // softmax_scale None: 1 / sqrt(head_dim), worked out in C++ so that a compiled graph keeps
   // head_dim symbolic.
+  // The attention variant, keyword-only and off by default (vxqa::DecodeParams' fields):
+  // sliding_window 0 (the whole context) or W > 0 (the last W keys), logit_softcap 0 (off) or
+  // cap > 0 (cap * tanh(s / cap)), sinks None or fp32 [num_q_heads] (natural-log logits).
+  // plan_decode's variant (vxqa::VariantFlag bits: 1 window, 2 soft-cap, 4 sinks) says which
+  // of them decode_planned's runs may use, max_window (> 0, with bit 1) the largest window.
   m.def(
       "decode_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
       "str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, Tensor? k_scale_tensor, "
-      "Tensor? v_scale_tensor, int max_context, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? errors) -> ()");
+      "Tensor? v_scale_tensor, int max_context, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? errors, *, "
+      "int sliding_window=0, float logit_softcap=0., Tensor? sinks=None) -> ()");
   m.def(
       "plan_decode(int num_kv_heads, int group_size, int head_dim, int page_size, int max_batch, int max_context, "
-      "ScalarType q_dtype, str kv_cache_dtype, ScalarType cache_dtype, Device device) -> int[]");
+      "ScalarType q_dtype, str kv_cache_dtype, ScalarType cache_dtype, Device device, *, int variant=0, "
+      "int max_window=0) -> int[]");
   m.def(
       "decode_planned(int[] plan, Tensor(a!) workspace, Tensor q, Tensor k_cache, Tensor v_cache, "
       "Tensor block_table, Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, "
-      "Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(b!) out, Tensor(c!)? lse, Tensor(d!)? errors) -> ()");
+      "Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(b!) out, Tensor(c!)? lse, Tensor(d!)? errors, *, "
+      "int sliding_window=0, float logit_softcap=0., Tensor? sinks=None) -> ()");
   m.def("describe_plan(int[] plan) -> str");
   m.def(
       "append_kv(Tensor key, Tensor value, Tensor slot_mapping, Tensor(a!) k_cache, Tensor(b!) v_cache, "

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -19,6 +20,14 @@ namespace vxqa_torch {
 // ostringstream crashed the process inside this library's own copy of
 // ostream::_M_insert<long> (docs/torch.md); strings and const char* stream fine there.
 inline std::string num(int64_t v) { return std::to_string(v); }
+
+// A floating-point value as printf's %g writes it ("50", "-1", "nan", "inf", "1e+39"), as
+// Python's f"{x:g}" does in the fake kernels.
+inline std::string flt(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
 
 // A shape or strides as "[2, 6, 64]".
 inline std::string dims(c10::IntArrayRef v) {

@@ -2,9 +2,10 @@
 no sequence uses included), a random page table of distinct pages, ragged lengths, and the
 comparison against vxqa_torch.reference with vxqa's own bounds (testing/compare.h): per
 element, from the error model of the kernels' roundings (docs/design.md, "How the tests
-bound the error")."""
+bound the error"). A problem may carry an attention variant (Problem.variant: the keyword
+arguments sliding_window, logit_softcap, sinks of decode, plan.run and the reference)."""
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 import torch
@@ -40,25 +41,35 @@ class Problem:
     k_scale: float
     v_scale: float
     softmax_scale: Optional[float] = None  # None: 1 / sqrt(head_dim), as vxqa_torch.decode's default
+    # The attention variant: decode's keyword arguments (sliding_window, logit_softcap, sinks);
+    # empty: plain attention.
+    variant: dict = field(default_factory=dict)
 
     @property
     def kv_cache_dtype(self):
         return kv_cache_dtype_of(self.k_cache)
 
-    def plan(self, max_batch=None, max_context=None):
-        """A DecodePlan for this problem's shape (capacity: its batch and block table by default)."""
+    def plan(self, max_batch=None, max_context=None, **variant):
+        """A DecodePlan for this problem's shape (capacity: its batch and block table by
+        default), made for its variant (a window: plans for windows up to it), or for
+        `variant` (DecodePlan's sliding_window, logit_softcap, sinks) where given."""
+        if not variant:
+            variant = dict(sliding_window=self.variant.get("sliding_window") or 0,
+                           logit_softcap=bool(self.variant.get("logit_softcap")),
+                           sinks=self.variant.get("sinks") is not None)
         return vxqa_torch.DecodePlan(
             num_q_heads=self.q.shape[1], num_kv_heads=self.k_cache.shape[2], head_dim=self.q.shape[2],
             page_size=self.k_cache.shape[1], max_batch=max_batch or self.q.shape[0],
             max_context=max_context or self.block_table.shape[1] * self.k_cache.shape[1], q_dtype=self.q.dtype,
-            kv_cache_dtype=self.kv_cache_dtype, cache_dtype=self.k_cache.dtype, device=self.q.device)
+            kv_cache_dtype=self.kv_cache_dtype, cache_dtype=self.k_cache.dtype, device=self.q.device, **variant)
 
-    def reference(self, seq_lens=None, k_scale=None, v_scale=None):
-        """The Expected outputs of this problem (with other lengths or scales where given)."""
+    def reference(self, seq_lens=None, k_scale=None, v_scale=None, **variant):
+        """The Expected outputs of this problem (with other lengths, scales or variant
+        arguments where given: `variant` overrides the problem's own, key by key)."""
         return expected_outputs(self.q, self.k_cache, self.v_cache, self.block_table,
                                 self.seq_lens if seq_lens is None else seq_lens, self.softmax_scale,
                                 self.k_scale if k_scale is None else k_scale,
-                                self.v_scale if v_scale is None else v_scale)
+                                self.v_scale if v_scale is None else v_scale, **{**self.variant, **variant})
 
 
 def random_problem(seed, *, batch=3, kv_heads=2, group=4, head_dim=128, page_size=16, max_len=600,
@@ -98,26 +109,40 @@ def as_fp32(x):
     return float(torch.tensor(float(x), dtype=torch.float32))
 
 
-def expected_outputs(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0):
+def random_sinks(seed, q_heads, device, center=5.0):
+    """Sinks for a problem's query heads: natural-log logits around `center` (e^5 is a fair
+    share of the denominator of a few hundred random scores, and all of it for a short
+    sequence), and the last head's -inf (a head without a sink)."""
+    g = torch.Generator().manual_seed(seed)
+    sinks = center + 2.0 * torch.randn(q_heads, generator=g)
+    sinks[-1] = -math.inf
+    return sinks.to(device)
+
+
+def expected_outputs(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0, *,
+                     sliding_window=0, logit_softcap=0.0, sinks=None, chunk_tokens=64):
     """decode_reference and decode_error_model of the same arguments (so that the bound is
     the one of the problem the reference solved). The scales are taken as the kernels take
     them, rounded to fp32 (softmax_scale None: 1 / sqrt(head_dim), rounded), as the C++ tests'
     reference does: the model allows for the kernels' fp32 arithmetic, not for scales that
-    differ from theirs."""
+    differ from theirs; so is the soft-cap (the sinks are fp32 tensors already)."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     softmax_scale, k_scale, v_scale = as_fp32(softmax_scale), as_fp32(k_scale), as_fp32(v_scale)
-    out, lse = decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale)
-    model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, out, lse)
+    variant = dict(sliding_window=sliding_window, logit_softcap=as_fp32(logit_softcap or 0.0), sinks=sinks)
+    out, lse = decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, **variant)
+    model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, out, lse,
+                               chunk_tokens, **variant)
     return Expected(out, lse, model)
 
 
 def assert_matches_reference(out, lse, want, seq_lens):
     """vxqa's bounds (testing/compare.h), per element, from want's error model:
     |out - ref| <= 8 sigma + fixed + half an ulp of out's dtype (fp16 or bf16) at |ref| + 8 sigma + fixed
-    (bf16: + 2^-25), |lse - ref| <= 8 sigma + fixed; a length-0 sequence exactly 0 and -inf;
-    out or lse None: not compared (vLLM asks for no lse). `want` is an Expected of the
-    problem as the kernel saw it; seq_lens are its lengths."""
+    (bf16: + 2^-25), |lse - ref| <= 8 sigma + fixed; a length-0 sequence exactly 0 and -inf
+    (with sinks: out exactly 0, lse its sink within the bound); out or lse None: not compared
+    (vLLM asks for no lse). `want` is an Expected of the problem as the kernel saw it;
+    seq_lens are its lengths."""
     out_bound, lse_bound = error_bounds(want.model, want.out, out.dtype if out is not None else torch.float16)
     empty = (seq_lens == 0).cpu()
     checks = []
@@ -129,10 +154,11 @@ def assert_matches_reference(out, lse, want, seq_lens):
         got = got.to(torch.float64).cpu()
         ref, bound = ref.cpu(), bound.cpu()
         for b in range(got.shape[0]):
-            if empty[b]:
+            if empty[b] and (name == "out" or not ref[b].isfinite().any()):
                 assert torch.all(got[b] == empty_value), f"sequence {b} (length 0): {name} is not {empty_value}"
                 continue
-            err = (got[b] - ref[b]).abs()
+            # (equal infinities: a head without a sink in a length-0 sequence, lse -inf)
+            err = torch.where(got[b] == ref[b], 0.0, (got[b] - ref[b]).abs())
             bad = ~(err <= bound[b])  # NaN fails
             if bad.any():
                 i = tuple(bad.nonzero()[0].tolist())

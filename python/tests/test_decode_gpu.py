@@ -302,8 +302,14 @@ def test_a_forged_or_foreign_plan_is_refused(cuda):
     p = random_problem(84, batch=2, head_dim=128, page_size=16, max_len=300, device=cuda)
     plan = p.plan()
     forged = list(plan.ints)
-    forged[vxqa_torch.PLAN_FIELDS.index("chunk_tokens")] = 17  # no Config runs 17-token chunks
+    field = vxqa_torch.PLAN_FIELDS.index
+    forged[field("chunk_tokens")] = 17  # no Config runs 17-token chunks
+    forged[field("num_chunks")] = -(-plan.max_context // 17)  # (the plan's arithmetic holds: read_plan checks it)
     with pytest.raises(ValueError, match=r"^plan\.chunk_tokens: "):  # vxqa's validate, against the Config
+        decode(p, "planned", vxqa_torch.DecodePlan.from_ints(forged, plan.workspace, p.kv_cache_dtype))
+    forged = list(plan.ints)
+    forged[field("num_chunks")] += 1
+    with pytest.raises(ValueError, match=r"^plan\.num_chunks: "):
         decode(p, "planned", vxqa_torch.DecodePlan.from_ints(forged, plan.workspace, p.kv_cache_dtype))
     other = random_problem(85, batch=2, head_dim=64, page_size=16, max_len=300, device=cuda)
     with pytest.raises(ValueError, match=r"^q: head_dim 128 differs from the plan's 64"):

@@ -4,7 +4,11 @@ and the argument checks, each raising ValueError that names the argument.
 
 Every argument case runs on CPU tensors (the C++ checks, python/csrc) and on meta tensors
 (the Python fake kernels, vxqa_torch/_fake.py), so the two must agree message for message;
-where there is a GPU, on CUDA tensors too."""
+where there is a GPU, on CUDA tensors too. The attention variants' arguments (sliding_window,
+logit_softcap, sinks) are cases of both ops, and against a plan's variant and window; the
+plan's chunk arithmetic (plan_span) is mirrored by the fake kernels."""
+import math
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -12,6 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import vxqa_torch
 from vxqa_torch import PLAN_FIELDS
+from vxqa_torch._fake import plan_num_chunks, plan_span
 
 B, HKV, G, D, P, PAGES, MAX_PAGES, T = 2, 2, 3, 64, 16, 10, 4, 5
 
@@ -36,12 +41,15 @@ def append_args(device):
 
 def fake_plan(device, *, max_batch=4, head_dim=D, workspace_bytes=4096, kv_cache_dtype="auto", **fields):
     """A plan as plan_decode would make it for decode_args' shape (plan_decode itself needs a
-    GPU), with its workspace; `fields` overrides any of PLAN_FIELDS."""
+    GPU), with its workspace; `fields` overrides any of PLAN_FIELDS. num_chunks, unless
+    given, is make_decode_plan's: the chunks that cover plan_span(max_context, max_window)."""
     ints = dict(tag=vxqa_torch._fake.PLAN_TAG, device=0, head_dim=head_dim, cache_type=vxqa_torch._fake.E5M2,
-                qo_type=vxqa_torch._fake.FP16_Q, page_size=P, num_kv_heads=HKV, group_size=G, config=0,
-                max_batch=max_batch, max_context=MAX_PAGES * P, chunk_tokens=64, num_chunks=1,
+                qo_type=vxqa_torch._fake.FP16_Q, page_size=P, num_kv_heads=HKV, group_size=G, config=0, variant=0,
+                max_batch=max_batch, max_context=MAX_PAGES * P, max_window=0, chunk_tokens=64,
                 workspace_bytes=workspace_bytes)
     ints.update(fields)
+    if "num_chunks" not in ints:
+        ints["num_chunks"] = plan_num_chunks(ints["max_context"], ints["max_window"], ints["chunk_tokens"])
     workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
     return vxqa_torch.DecodePlan.from_ints([ints[f] for f in PLAN_FIELDS], workspace, kv_cache_dtype)
 
@@ -67,6 +75,11 @@ def call_planned(a, **kw):
         plan.kv_cache_dtype = kv_cache_dtype
     return plan.run(a.pop("q"), a.pop("k_cache"), a.pop("v_cache"), a.pop("block_table"), a.pop("seq_lens"), **a,
                     **kw)
+
+
+def sinks_like(a, *shape, dtype=torch.float32):
+    """A sinks tensor on the call's device: [num_q_heads] fp32 unless told otherwise."""
+    return torch.zeros(shape or (HKV * G,), dtype=dtype, device=a["q"].device)
 
 
 def call_append(a, **kw):
@@ -148,6 +161,32 @@ DECODE_CASES = CACHE_DTYPE_CASES + [
     ("k_scale float64 tensor", "k_scale", r"dtype Double is not supported",
      lambda a: a.update(k_scale=a["lse"].new_ones((), dtype=torch.float64))),
     ("v_scale two elements", "v_scale", r"one float32 element", lambda a: a.update(v_scale=a["lse"].new_ones(2))),
+    # the attention variant's values (both ops, before any plan check)
+    ("sliding_window negative", "sliding_window", r"-1 must be >= 0 \(0: the whole context; W > 0: the last W keys\)",
+     lambda a: a.update(sliding_window=-1)),
+    ("sliding_window past INT_MAX", "sliding_window", r"2147483648 does not fit in an int",
+     lambda a: a.update(sliding_window=2**31)),
+    ("logit_softcap negative", "logit_softcap", r"-1 must be finite and >= 0 \(0: off\)",
+     lambda a: a.update(logit_softcap=-1.0)),
+    ("logit_softcap NaN", "logit_softcap", r"nan must be finite and >= 0", lambda a: a.update(logit_softcap=math.nan)),
+    ("logit_softcap inf", "logit_softcap", r"inf must be finite and >= 0", lambda a: a.update(logit_softcap=math.inf)),
+    ("logit_softcap past fp32's range", "logit_softcap", r"1e\+39 is past fp32's range",
+     lambda a: a.update(logit_softcap=1e39)),
+    ("logit_softcap whose log2(e) multiple overflows fp32", "logit_softcap",
+     r"3e\+38 is past fp32's range \(logit_softcap \* log2\(e\) must be finite in fp32\)",
+     lambda a: a.update(logit_softcap=3e38)),
+    ("logit_softcap below fp32's smallest", "logit_softcap", r"1e-50 rounds to 0 in fp32, which would turn the "
+     r"soft-cap off", lambda a: a.update(logit_softcap=1e-50)),
+    ("sinks float16", "sinks", r"dtype Half is not supported \(Float\)",
+     lambda a: a.update(sinks=sinks_like(a, dtype=torch.half))),
+    ("sinks float64", "sinks", r"dtype Double is not supported \(Float\)",
+     lambda a: a.update(sinks=sinks_like(a, dtype=torch.float64))),
+    ("sinks 2-D", "sinks", r"must be \[num_q_heads\] = \[6\], got shape \[2, 3\]",
+     lambda a: a.update(sinks=sinks_like(a, HKV, G))),
+    ("sinks one per KV head", "sinks", r"must be \[num_q_heads\] = \[6\], got shape \[2\]",
+     lambda a: a.update(sinks=sinks_like(a, HKV))),
+    ("sinks strided", "sinks", r"must be contiguous, got strides \[2\]",
+     lambda a: a.update(sinks=sinks_like(a, 2 * HKV * G)[::2])),
 ]
 
 PLAIN_DECODE_CASES = [
@@ -185,6 +224,36 @@ PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
      lambda a: a["plan"].__setattr__("workspace", a["plan"].workspace[:-1])),
     ("workspace int32", "workspace", r"dtype Int is not supported",
      lambda a: a["plan"].__setattr__("workspace", a["plan"].workspace.view(torch.int32))),
+    # the plan's variant and chunk arithmetic (read_plan)
+    ("plan with unknown variant bits", "plan.variant", r"8 has bits that are not vxqa::VariantFlag values",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=8))),
+    ("plan with max_window but no window bit", "plan.max_window", r"32 is set, but the plan's variant has no "
+     r"sliding window", lambda a: a.update(plan=fake_plan(a["q"].device, variant=6, max_window=32))),
+    ("plan with chunk_tokens 0", "plan.chunk_tokens", r"0 must be >= 1",
+     lambda a: a.update(plan=fake_plan(a["q"].device, chunk_tokens=0, num_chunks=0))),
+    ("plan with a chunk count off", "plan.num_chunks", r"2 does not match the 1 chunks of 64 tokens that cover the "
+     r"plan's span of 64 keys \(max_context, or max_window \+ 15\)",
+     lambda a: a.update(plan=fake_plan(a["q"].device, num_chunks=2))),
+    ("plan whose chunks cover max_context, not its window", "plan.num_chunks", r"4 does not match the 3 chunks of 16 "
+     r"tokens that cover the plan's span of 47 keys", lambda a: a.update(
+         plan=fake_plan(a["q"].device, variant=1, max_window=32, chunk_tokens=16, num_chunks=4))),
+    # a run's variant against the plan's
+    ("window on a plan without one", "sliding_window", r"128 given to a plan made without a window: make the plan "
+     r"with DecodePlan\(\.\.\., sliding_window=W\)", lambda a: a.update(sliding_window=128)),
+    ("window above the plan's", "sliding_window", r"33 is outside 1\.\.32, the windows of this plan "
+     r"\(DecodePlan\(sliding_window=32\): its chunks cover no more keys$", lambda a: a.update(
+         plan=fake_plan(a["q"].device, variant=1, max_window=32), sliding_window=33)),
+    ("no window on a plan for windows", "sliding_window", r"0 is outside 1\.\.32, .*; layers of full attention need a "
+     r"plan without sliding_window", lambda a: a.update(plan=fake_plan(a["q"].device, variant=7, max_window=32))),
+    ("soft-cap on a plan without one", "logit_softcap", r"30 given to a plan made without a soft-cap: make the plan "
+     r"with DecodePlan\(\.\.\., logit_softcap=True\)", lambda a: a.update(logit_softcap=30.0)),
+    ("soft-cap on a plan for a window and sinks", "logit_softcap", r"0\.5 given to a plan made without a soft-cap",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=5, max_window=32), sliding_window=16,
+                        sinks=sinks_like(a), logit_softcap=0.5)),
+    ("sinks on a plan without them", "sinks", r"given to a plan made without sinks: make the plan with "
+     r"DecodePlan\(\.\.\., sinks=True\)", lambda a: a.update(sinks=sinks_like(a))),
+    ("sinks on a plan for a soft-cap", "sinks", r"given to a plan made without sinks",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=2), logit_softcap=30.0, sinks=sinks_like(a))),
 ]
 
 APPEND_CASES = CACHE_DTYPE_CASES + [
@@ -239,6 +308,20 @@ def test_each_op_names_the_bad_argument(device, op, what, field, reason, spoil):
         call(a)
 
 
+@pytest.mark.parametrize("op,what,field,reason,spoil", CASES, ids=[f"{c[0]}: {c[1]}" for c in CASES])
+def test_cpu_and_meta_refuse_word_for_word(op, what, field, reason, spoil):
+    """The C++ checks (CPU tensors) and the fake kernels (meta tensors) give the same message."""
+    make_args, call = OPS[op]
+    messages = []
+    for device in ("cpu", "meta"):
+        a = make_args(device)
+        spoil(a)
+        with pytest.raises(ValueError) as refusal:
+            call(a)
+        messages.append(str(refusal.value))
+    assert messages[0] == messages[1]
+
+
 def cpu_refusal(call, a):
     """Runs the call on CPU or meta tensors: on meta it must pass, on CPU every check but the
     device's must pass, so it fails naming the first tensor as not on the GPU."""
@@ -264,6 +347,26 @@ ACCEPTED = [
     ("decode_planned", "batch below max_batch", lambda a: a.update(
         q=a["q"][:1], out=a["out"][:1], lse=a["lse"][:1], block_table=a["block_table"][:1],
         seq_lens=a["seq_lens"][:1])),
+    ("decode", "every variant: a window shorter than a page, a soft-cap, sinks",
+     lambda a: a.update(sliding_window=5, logit_softcap=30.0, sinks=sinks_like(a))),
+    ("decode", "a window longer than the block table", lambda a: a.update(sliding_window=10**6)),
+    ("decode", "vLLM's None for no window and no soft-cap", lambda a: a.update(sliding_window=None,
+                                                                              logit_softcap=None)),
+    ("decode", "sinks of one query head", lambda a: a.update(
+        q=a["q"][:, :1], out=a["out"][:, :1], lse=a["lse"].new_zeros(B, 1), sinks=sinks_like(a, 1),
+        k_cache=a["k_cache"][:, :, :1], v_cache=a["v_cache"][:, :, :1])),
+    ("decode_planned", "every variant within the plan's: the largest window, a soft-cap, sinks",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=7, max_window=32), sliding_window=32,
+                        logit_softcap=50.0, sinks=sinks_like(a))),
+    ("decode_planned", "window 1 on a plan for windows", lambda a: a.update(
+        plan=fake_plan(a["q"].device, variant=1, max_window=32), sliding_window=1)),
+    ("decode_planned", "a plan for windows longer than max_context (its chunks cover max_context)",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=1, max_window=1000), sliding_window=1000)),
+    ("decode_planned", "any window, or none, on a plan with the window bit and max_window 0 (plan_decode's)",
+     lambda a: (a.update(plan=fake_plan(a["q"].device, variant=1), sliding_window=10**6), cpu_refusal(
+         call_planned, a), a.update(sliding_window=0))),
+    ("decode_planned", "no soft-cap and no sinks on a plan for them (off at run time)",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=6))),
     ("append_kv", "slot_mapping shorter than key (vLLM's padded key/value)",
      lambda a: a.update(slot_mapping=a["slot_mapping"][:2])),
     ("append_kv", "no tokens", lambda a: a.update(slot_mapping=a["slot_mapping"][:0])),
@@ -304,14 +407,15 @@ def test_schemas_declare_what_they_mutate():
         "decode_out": "vxqa::decode_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, "
         "Tensor? k_scale_tensor, Tensor? v_scale_tensor, int max_context, Tensor(a!) out, Tensor(b!)? lse, "
-        "Tensor(c!)? errors) -> ()",
+        "Tensor(c!)? errors, *, int sliding_window=0, float logit_softcap=0., Tensor? sinks=None) -> ()",
         "plan_decode": "vxqa::plan_decode(int num_kv_heads, int group_size, int head_dim, int page_size, "
         "int max_batch, int max_context, ScalarType q_dtype, str kv_cache_dtype, ScalarType cache_dtype, "
-        "Device device) -> int[]",
+        "Device device, *, int variant=0, int max_window=0) -> int[]",
         "decode_planned": "vxqa::decode_planned(int[] plan, Tensor(a!) workspace, Tensor q, Tensor k_cache, "
         "Tensor v_cache, Tensor block_table, Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, "
         "float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(b!) out, "
-        "Tensor(c!)? lse, Tensor(d!)? errors) -> ()",
+        "Tensor(c!)? lse, Tensor(d!)? errors, *, int sliding_window=0, float logit_softcap=0., "
+        "Tensor? sinks=None) -> ()",
         "describe_plan": "vxqa::describe_plan(int[] plan) -> str",
         "append_kv": "vxqa::append_kv(Tensor key, Tensor value, Tensor slot_mapping, Tensor(a!) k_cache, "
         "Tensor(b!) v_cache, str kv_cache_dtype, float k_scale, float v_scale, Tensor? k_scale_tensor, "
@@ -339,6 +443,20 @@ PLAN_DECODE_CASES = [  # (what is wrong, the argument named, reason, plan_decode
     ("q heads not a multiple", "num_q_heads", r"6 is not a multiple of num_kv_heads 4", dict(num_kv_heads=4)),
     ("both heads and group", "num_q_heads", r"give num_q_heads or group_size", dict(group_size=3)),
     ("max_batch too big for an int", "max_batch", r"does not fit in an int", dict(max_batch=1 << 40)),
+    ("a negative window", "sliding_window", r"-1 must be >= 0 \(0: no window; W > 0: runs pass windows of 1\.\.W\)",
+     dict(sliding_window=-1)),
+    ("a float window", "sliding_window", r"128\.0 is not an int", dict(sliding_window=128.0)),
+    ("a window past INT_MAX", "sliding_window", r"2147483648 does not fit in an int", dict(sliding_window=2**31)),
+    ("a bool window", "sliding_window", r"True is not an int", dict(sliding_window=True)),
+    ("a cap given to the plan", "logit_softcap", r"DecodePlan takes True or False \(whether its runs pass "
+     r"logit_softcap\), got float: the value itself goes to run\(\.\.\., logit_softcap=50\.0\)",
+     dict(logit_softcap=50.0)),
+    ("a sinks tensor given to the plan", "sinks", r"DecodePlan takes True or False .*got Tensor",
+     dict(sinks=torch.zeros(6))),
+    # (accepted: every variant, then the device is the first refusal)
+    ("every variant, on the CPU", "device", r"must be a CUDA device, got cpu",
+     dict(sliding_window=128, logit_softcap=True, sinks=True)),
+    ("vLLM's None for no window, on the CPU", "device", r"must be a CUDA device", dict(sliding_window=None)),
 ]
 
 
@@ -351,12 +469,55 @@ def test_decode_plan_names_the_bad_argument(what, field, reason, kw):
         vxqa_torch.DecodePlan(**args)
 
 
+PLAN_OP_CASES = [  # torch.ops.vxqa.plan_decode's own variant arguments (checked before the device)
+    ("unknown variant bits", "variant", r"8 has bits that are not vxqa::VariantFlag values \(1 sliding window, 2 "
+     r"logit soft-cap, 4 sinks\)", dict(variant=8)),
+    ("a negative variant", "variant", r"-1 has bits", dict(variant=-1)),
+    ("a negative max_window", "max_window", r"-1 must be >= 0", dict(variant=1, max_window=-1)),
+    ("max_window without the window bit", "max_window", r"32 is set, but variant has no sliding window \(bit 1\)",
+     dict(variant=6, max_window=32)),
+    ("max_window past INT_MAX", "max_window", r"2147483648 does not fit in an int", dict(variant=1, max_window=2**31)),
+    ("every variant: accepted, then the device", "device", r"must be a CUDA device", dict(variant=7, max_window=32)),
+]
+
+
+@pytest.mark.parametrize("what,field,reason,kw", PLAN_OP_CASES, ids=[c[0] for c in PLAN_OP_CASES])
+def test_plan_decode_op_names_the_bad_variant(what, field, reason, kw):
+    with pytest.raises(ValueError, match=rf"^{field}: .*{reason}"):
+        torch.ops.vxqa.plan_decode(HKV, G, D, P, 4, 64, torch.half, "fp8_e5m2", torch.uint8, torch.device("cpu"), **kw)
+
+
+def test_plan_span_mirrors_split_plan():
+    """vxqa::plan_span: max_context, or a window's max_window + 15 keys where that is less."""
+    assert plan_span(1000, 0) == 1000
+    assert plan_span(1000, 100) == 115
+    assert plan_span(115, 100) == 115 and plan_span(116, 100) == 115
+    assert plan_span(100, 100) == 100 and plan_span(50, 100) == 50
+    assert plan_span(8192, 1) == 16
+    assert plan_num_chunks(8192, 128, 64) == 3 and plan_num_chunks(8192, 0, 64) == 128
+    assert plan_num_chunks(100, 0, 64) == 2 and plan_num_chunks(64, 0, 64) == 1
+
+
+def test_a_plan_reads_its_variant():
+    plan = fake_plan("meta", variant=7, max_window=32)
+    assert (plan.sliding_window, plan.logit_softcap, plan.sinks) == (32, True, True)
+    assert (plan.variant, plan.max_window, plan.num_chunks) == (7, 32, 1)
+    plan = fake_plan("meta", variant=2)
+    assert (plan.sliding_window, plan.logit_softcap, plan.sinks) == (0, True, False)
+    assert "variant=2" in repr(plan) and "max_window=0" in repr(plan)
+
+
 def test_fake_tensors_give_out_shape_dtype_device_and_check_arguments():
     with FakeTensorMode():
         a = decode_args("cuda")
         out = call_decode({k: v for k, v in a.items() if k != "out"})
         assert out.shape == a["q"].shape and out.dtype == torch.half and out.device.type == "cuda"
         call_append(append_args("cuda"))
+        out = call_decode({k: v for k, v in a.items() if k != "out"}, sliding_window=7, logit_softcap=20.0,
+                          sinks=torch.zeros(HKV * G, device="cuda"))
+        assert out.shape == a["q"].shape and out.device.type == "cuda"
+        with pytest.raises(ValueError, match=r"^sinks: must be \[num_q_heads\] = \[6\]"):
+            call_decode(a, sinks=torch.zeros(HKV, device="cuda"))
         a["block_table"] = a["block_table"][:1]
         with pytest.raises(ValueError, match=r"^block_table: "):
             call_decode(a)
@@ -372,6 +533,16 @@ def test_opcheck_on_meta_tensors():
     torch.library.opcheck(torch.ops.vxqa.decode_planned.default,
                           (plan.ints, plan.workspace, a["q"], a["k_cache"], a["v_cache"], a["block_table"],
                            a["seq_lens"], "auto", 0.125, 1.0, 1.0, None, scale, a["out"], a["lse"], a["errors"]))
+    sinks = torch.zeros(HKV * G, device="meta")
+    torch.library.opcheck(torch.ops.vxqa.decode_out.default,
+                          (a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], "auto", None, 1.0,
+                           1.0, None, None, 0, a["out"], a["lse"], a["errors"]),
+                          dict(sliding_window=5, logit_softcap=30.0, sinks=sinks))
+    plan = fake_plan("meta", variant=7, max_window=32)
+    torch.library.opcheck(torch.ops.vxqa.decode_planned.default,
+                          (plan.ints, plan.workspace, a["q"], a["k_cache"], a["v_cache"], a["block_table"],
+                           a["seq_lens"], "auto", None, 1.0, 1.0, None, None, a["out"], a["lse"], a["errors"]),
+                          dict(sliding_window=17, logit_softcap=30.0, sinks=sinks))
     b = append_args("meta")
     torch.library.opcheck(torch.ops.vxqa.append_kv.default,
                           (b["key"], b["value"], b["slot_mapping"][:3], b["k_cache"].view(torch.uint8),
@@ -387,10 +558,11 @@ def meta(*shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def layer_inputs(batch, head_dim=CD, padding=1):
+def layer_inputs(batch, head_dim=CD, padding=1, sinks=False):
     """A decode step's tensors for `batch` sequences: key/value padded by `padding` rows, as
-    vLLM pads them for CUDA graphs, and slot_mapping not."""
-    return dict(q=meta(batch, CHD * CG, head_dim, dtype=torch.half),
+    vLLM pads them for CUDA graphs, and slot_mapping not (and the layer's sinks)."""
+    extra = dict(sinks=meta(CHD * CG, dtype=torch.float32)) if sinks else {}
+    return dict(**extra, q=meta(batch, CHD * CG, head_dim, dtype=torch.half),
                 key=meta(batch + padding, CHD, head_dim, dtype=torch.half),
                 value=meta(batch + padding, CHD, head_dim, dtype=torch.half), slots=meta(batch, dtype=torch.long),
                 k_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
@@ -411,24 +583,42 @@ def planned_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens)
     return META_PLAN.run(q, k_cache, v_cache, block_table, seq_lens) * 2
 
 
+WINDOW, CAP = 24, 30.0  # the variant layers' window (shorter than the table's 80 tokens) and soft-cap
+
+
+def variant_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens, sinks):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype="fp8_e5m2",
+                             sliding_window=WINDOW, logit_softcap=CAP, sinks=sinks) * 2
+
+
+def planned_variant_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens, sinks):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return META_PLAN.run(q, k_cache, v_cache, block_table, seq_lens, sliding_window=WINDOW, logit_softcap=CAP,
+                         sinks=sinks) * 2
+
+
 def specialising_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
     """A control: branches on the batch, so each batch size needs a graph of its own."""
     out = plain_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens)
     return out + 1 if q.shape[0] % 2 else out
 
 
-@pytest.mark.parametrize("layer,graphs", [(plain_layer, 1), (planned_layer, 1), (specialising_layer, 2)],
-                         ids=["decode", "DecodePlan.run", "control: a layer that specialises"])
+@pytest.mark.parametrize("layer,graphs", [(plain_layer, 1), (planned_layer, 1), (variant_layer, 1),
+                                          (planned_variant_layer, 1), (specialising_layer, 2)],
+                         ids=["decode", "DecodePlan.run", "decode with every variant",
+                              "DecodePlan.run with every variant", "control: a layer that specialises"])
 def test_torch_compile_dynamic_batch_does_not_recompile(layer, graphs):
     global META_PLAN
+    variant = layer in (variant_layer, planned_variant_layer)
     META_PLAN = fake_plan("meta", max_batch=8, num_kv_heads=CHD, max_context=CMAX_PAGES * P,
-                          kv_cache_dtype="fp8_e5m2")
+                          kv_cache_dtype="fp8_e5m2", variant=7 if variant else 0, max_window=WINDOW if variant else 0)
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
     frames = []
     for batch in (2, 3, 7):
-        inputs = layer_inputs(batch)
+        inputs = layer_inputs(batch, sinks=variant)
         out = compiled(**inputs)
         assert out.shape == inputs["q"].shape and out.dtype == torch.half
         frames.append(counter.frame_count)
@@ -447,6 +637,27 @@ def test_torch_compile_refuses_head_dim_96_while_tracing(layer):
         compiled(**layer_inputs(2, head_dim=96))
     assert "ValueError('q: head_dim 96 is not supported (64, 128 or 256)')" in str(refusal.value)
     assert counter.frame_count == 0  # no graph reached the backend: refused while tracing
+
+
+@pytest.mark.parametrize("layer,max_window,sinks,message", [
+    (planned_variant_layer, WINDOW - 1, CHD * CG, "ValueError('sliding_window: 24 is outside 1..23, the windows of "
+     "this plan (DecodePlan(sliding_window=23): its chunks cover no more keys')"),
+    (variant_layer, 0, CHD, "ValueError('sinks: must be [num_q_heads] = [12], got shape [4]')"),
+    (planned_variant_layer, WINDOW, CHD, "ValueError('sinks: must be [num_q_heads] = [12], got shape [4]')"),
+], ids=["DecodePlan.run: a window above the plan's", "decode: sinks per KV head", "DecodePlan.run: sinks per KV head"])
+def test_torch_compile_refuses_a_bad_variant_while_tracing(layer, max_window, sinks, message):
+    global META_PLAN
+    META_PLAN = fake_plan("meta", max_batch=8, num_kv_heads=CHD, max_context=CMAX_PAGES * P, kv_cache_dtype="fp8_e5m2",
+                          variant=7, max_window=max_window)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
+    inputs = layer_inputs(3, sinks=True)
+    inputs["sinks"] = meta(sinks, dtype=torch.float32)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
+        compiled(**inputs)
+    assert message in str(refusal.value)
+    assert counter.frame_count == 0
 
 
 def test_torch_compile_refuses_a_slot_mapping_longer_than_key_while_tracing():

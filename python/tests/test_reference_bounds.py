@@ -11,13 +11,19 @@ problems.assert_matches_reference), on the CPU: a port of the C++ error model
 - The port agrees with the C++ model's formulas: a 2-token problem computed by hand in closed
   form, and the C++ loops transcribed literally (scalar Python) on small problems with a
   masked token, a second chunk, a length-0 sequence and a row of infinite scores.
+- The attention variants (sliding window, logit soft-cap, sinks): the reference against
+  their definitions written out in scalar Python; their model terms on small problems by
+  hand; a simulated kernel with each variant, and all three, passes the bound (one chunk and
+  64-token chunks, windows shorter than a page and cutting one mid-page, sinks with a
+  length-0 sequence); and a wrong answer fails it: the window off by one token either way,
+  the sinks ignored or given to the wrong heads, the soft-cap ignored.
 """
 import math
 
 import pytest
 import torch
 
-from problems import assert_matches_reference, expected_outputs, random_problem
+from problems import assert_matches_reference, expected_outputs, random_problem, random_sinks
 from vxqa_torch.reference import LN2, LOG2E, decode_error_model, decode_reference, dequantize, error_bounds
 
 
@@ -44,41 +50,70 @@ def simulated_kernel(p, chunk=64):
     fp32 product softmax_scale * k_scale * log2(e), each chunk's weights exp2(s - chunk max)
     rounded to fp16 and summed in fp32 with P.V, the chunks merged by their LSE in fp32, times
     v_scale, rounded to the output type. (One frame per chunk: the kernels' running frames
-    and warps are not simulated; test/cpu/compare_power.cpp does that.)"""
+    and warps are not simulated; test/cpu/compare_power.cpp does that.)
+    p.variant's: a window's keys only, its chunks from the multiple of 16 at or below its
+    first key; a soft-cap as the kernel computes it (the argument x = q.k * (scale / (cap
+    log2 e)) in fp32, tanh x = 1 - 2 / (e^(2|x|) + 1) in fp32, times cap log2 e); sinks folded
+    into the merged (m, l) in fp32 (a length-0 sequence: out 0, lse = the sink)."""
     batch, q_heads, dim = p.q.shape
     kv_heads = p.k_cache.shape[2]
     group = q_heads // kv_heads
     softmax_scale = p.softmax_scale if p.softmax_scale is not None else 1 / math.sqrt(dim)
     f32 = torch.float32
-    qk_scale = torch.tensor(softmax_scale, dtype=f32) * torch.tensor(p.k_scale, dtype=f32) * torch.tensor(LOG2E,
-                                                                                                          dtype=f32)
+
+    def t32(x):
+        return torch.tensor(x, dtype=f32)
+
+    qk_scale = t32(softmax_scale) * t32(p.k_scale) * t32(LOG2E)
+    window = p.variant.get("sliding_window") or 0
+    cap = p.variant.get("logit_softcap") or 0.0
+    sinks = p.variant.get("sinks")
+    if cap > 0:
+        cap_log2 = t32(cap) * t32(LOG2E)
+        qk_scale = qk_scale / cap_log2  # the argument's factor
+    sink_log2 = None if sinks is None else sinks.cpu().to(f32).reshape(kv_heads, group) * t32(LOG2E)
     keys, values = dequantize(p.k_cache, 1.0).to(f32), dequantize(p.v_cache, 1.0).to(f32)  # exact
     out = torch.zeros(batch, q_heads, dim, dtype=p.q.dtype)
     lse = torch.full((batch, q_heads), -math.inf)
     page = keys.shape[1]
     for b, length in enumerate(p.seq_lens.tolist()):
         if length == 0:
+            if sink_log2 is not None:
+                lse[b] = (sink_log2 * t32(LN2)).reshape(q_heads)
             continue
+        first = length - window if 0 < window < length else 0
+        base = first // 16 * 16 if window > 0 else 0  # the window's chunks start here
         pages = p.block_table[b, : math.ceil(length / page)].long()
-        k = keys[pages].reshape(-1, kv_heads, dim)[:length]
-        v = values[pages].reshape(-1, kv_heads, dim)[:length]
+        k = keys[pages].reshape(-1, kv_heads, dim)[base:length]
+        v = values[pages].reshape(-1, kv_heads, dim)[base:length]
         q = p.q[b].to(f32).reshape(kv_heads, group, dim)
-        s = torch.einsum("hgd,thd->hgt", q, k) * qk_scale  # [h, g, t], fp32, base 2
-        c = chunk if 0 < chunk < length else length
-        n = math.ceil(length / c)
-        pad = n * c - length
+        s = torch.einsum("hgd,thd->hgt", q, k) * qk_scale  # [h, g, t], fp32, base 2 (soft-cap: s / cap)
+        if cap > 0:
+            e = torch.exp2(t32(2.8853900817779268) * s.abs())
+            s = cap_log2 * torch.copysign(1 - 2 / (e + 1), s)
+        s[..., : first - base] = -math.inf  # before the window
+        span = length - base
+        c = chunk if 0 < chunk < span else span
+        n = math.ceil(span / c)
+        pad = n * c - span
         s = torch.cat([s, torch.full((kv_heads, group, pad), -math.inf)], dim=2).reshape(kv_heads, group, n, c)
         vp = torch.cat([v, v.new_zeros(pad, kv_heads, dim)]).reshape(n, c, kv_heads, dim)
-        m = s.amax(dim=-1)  # [h, g, n]
-        w = torch.exp2(s - m[..., None]).half().to(f32)  # the fp16 weights
+        m = s.amax(dim=-1)  # [h, g, n]; a chunk wholly before the window: -inf, weight 0
+        w = torch.exp2(s - torch.where(m.isfinite(), m, 0.0)[..., None]).half().to(f32)  # the fp16 weights
         l = w.sum(dim=-1)
-        o = torch.einsum("hgnc,nchd->hgnd", w, vp) / l[..., None]
+        o = torch.einsum("hgnc,nchd->hgnd", w, vp) / torch.where(l > 0, l, 1.0)[..., None]
         part_lse = m + torch.log2(l)
         mx = part_lse.amax(dim=-1)
         cw = torch.exp2(part_lse - mx[..., None])
-        o = torch.einsum("hgn,hgnd->hgd", cw, o) / cw.sum(dim=-1)[..., None]
-        out[b] = (o * torch.tensor(p.v_scale, dtype=f32)).reshape(q_heads, dim).to(p.q.dtype)
-        lse[b] = ((mx + torch.log2(cw.sum(dim=-1))) * torch.tensor(LN2, dtype=f32)).reshape(q_heads)
+        o_sum, l_sum = torch.einsum("hgn,hgnd->hgd", cw, o), cw.sum(dim=-1)
+        if sink_log2 is not None:  # fold_sink: the frame max(m, sink), the sink's weight in it
+            m_new = torch.maximum(mx, sink_log2)
+            factor = torch.where(m_new == -math.inf, 1.0, torch.exp2(mx - m_new))
+            l_sum = l_sum * factor + torch.where(sink_log2 == -math.inf, 0.0, torch.exp2(sink_log2 - m_new))
+            o_sum, mx = o_sum * factor[..., None], m_new
+        o = o_sum / l_sum[..., None]
+        out[b] = (o * t32(p.v_scale)).reshape(q_heads, dim).to(p.q.dtype)
+        lse[b] = ((mx + torch.log2(l_sum)) * t32(LN2)).reshape(q_heads)
     return out, lse
 
 
@@ -150,7 +185,8 @@ def test_a_dropped_tile_or_token_or_swapped_heads_fail_where_the_old_bound_passe
 # ---- the port agrees with the C++ model ----
 
 def close(a, b, rel=1e-12):
-    return abs(a - b) <= rel * max(abs(a), abs(b))
+    """a and b within rel of the larger, both finite (or equal)."""
+    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(abs(a), abs(b)))
 
 
 def test_a_2_token_problem_by_hand():
@@ -185,9 +221,11 @@ def test_a_2_token_problem_by_hand():
 
 
 def scalar_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
-                 chunk_tokens=64):
-    """decode_error_model of error_model.h, its loops transcribed into scalar Python."""
+                 chunk_tokens=64, window=0, cap=0.0, sinks=None):
+    """decode_error_model of error_model.h, its loops transcribed into scalar Python (one query
+    token a sequence; the variants' terms as error_model.h has them)."""
     kLog2e, kLn2, kScaleEps = 1.4426950408889634, 0.6931471805599453, 2.0**-22
+    kTanhError, kSinkEps = 2.0**-20, 2.0**-21
 
     def fp16_ulp(x):
         a = abs(x)
@@ -200,65 +238,100 @@ def scalar_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_sc
     kv_heads, page_size, group = k_cache.shape[2], k_cache.shape[1], heads // k_cache.shape[2]
     qs, ks, vs = q.double().tolist(), dequantize(k_cache, k_scale).tolist(), dequantize(v_cache, v_scale).tolist()
     table, out_ref, lse_ref = block_table.tolist(), ref_out.tolist(), ref_lse.tolist()
+    sink_values = None if sinks is None else sinks.double().tolist()
     out_sigma = [[[0.0] * dim for _ in range(heads)] for _ in range(batch)]
     out_fixed = [[[0.0] * dim for _ in range(heads)] for _ in range(batch)]
     lse_sigma = [[0.0] * heads for _ in range(batch)]
     lse_fixed = [[0.0] * heads for _ in range(batch)]
     for b, length in enumerate(seq_lens.tolist()):
-        if length <= 0:
+        if length <= 0:  # the one query sees no key: out exactly 0, lse -inf or the sink
+            if length == 0 and sink_values is not None:
+                for hq in range(heads):
+                    if math.isfinite(lse_ref[b][hq]):
+                        lse_fixed[b][hq] = 2.0**-20 * (abs(lse_ref[b][hq]) + 1)
             continue
-        chunk = chunk_tokens if 0 < chunk_tokens < length else length
+        first = max(0, length - window) if window > 0 else 0  # visible_keys(len, 1, 0, window)
+        count = length - first
+        chunk = chunk_tokens if 0 < chunk_tokens < count else count
         row = lambda cache, j, h: cache[table[b][j // page_size]][j % page_size][h]  # noqa: E731
         for h in range(kv_heads):
             for g in range(group):
                 hq = h * group + g
-                s, ag = [], []
-                for j in range(length):
+                s, ag, cg = [], [], []
+                for j in range(first, length):
                     k = row(ks, j, h)
                     dot = sum(qs[b][hq][d] * k[d] for d in range(dim))
                     dot_abs = sum(abs(qs[b][hq][d] * k[d]) for d in range(dim))
                     s.append(softmax_scale * dot)
                     ag.append(abs(softmax_scale) * dot_abs)
+                    if cap > 0:
+                        x = s[-1] / cap
+                        sech2 = 1 / math.cosh(x) ** 2 if math.isfinite(x) else 0.0
+                        s[-1] = cap * math.tanh(x)
+                        ag[-1] = ag[-1] * sech2 if sech2 > 0 else 0.0
+                        cg.append(cap * sech2 * x if sech2 > 0 else 0.0)
                 out, lse = out_ref[b][hq], lse_ref[b][hq]
                 mx = max(s)
                 if not math.isfinite(mx) or not math.isfinite(lse):
                     continue
-                l = e2_sum = shift_sum = 0.0
-                p, e2 = [0.0] * length, [0.0] * length
-                for j in range(length):
+                l = e2_sum = shift_sum = cap_sum = 0.0
+                p, e2 = [0.0] * count, [0.0] * count
+                for j in range(count):
                     p[j] = math.exp(s[j] - mx)
                     if p[j] == 0:
                         continue
                     score_error = 2.0**-22 * (ag[j] + abs(s[j])) * kLog2e
                     rounding = weight_rounding_sigma(p[j])
-                    e2[j] = rounding * rounding + p[j] * p[j] * (kLn2 * kLn2 * score_error * score_error / 3 + 2.0**-44)
+                    rel2 = kLn2 * kLn2 * score_error * score_error / 3 + 2.0**-44
+                    if cap > 0:
+                        rel2 += (kTanhError * cap) * (kTanhError * cap) / 3
+                    e2[j] = rounding * rounding + p[j] * p[j] * rel2
                     l += p[j]
                     e2_sum += e2[j]
                     shift_sum += p[j] * (s[j] - mx) * kLog2e
+                    if cap > 0:
+                        cap_sum += p[j] * cg[j]
+                w = e2_w = 0.0
                 max2 = abs(mx) * kLog2e
+                if sink_values is not None:
+                    sink = sink_values[hq]
+                    w = math.exp(sink - mx)
+                    e2_w = (kSinkEps * w) * (kSinkEps * w) / 3
+                    # (error_model.h takes |sink| as is: infinite for a head without a sink)
+                    max2 = max(abs(mx), abs(sink) if math.isfinite(sink) else 0.0) * kLog2e
+                total = l + w
                 chunk_eps = 2.0**-21 * (max2 + 24)
-                lse_sigma[b][hq] = math.sqrt(e2_sum) / l
-                lse_fixed[b][hq] = (kLn2 * kScaleEps * (abs(shift_sum) / l + max2) + 2.0**-20 * (abs(lse) + 1)
-                                    + (chunk_eps if chunk < length else 0.0))
+                lse_sigma[b][hq] = math.sqrt(e2_sum + e2_w) / total
+                lse_fixed[b][hq] = (kLn2 * kScaleEps * (abs(shift_sum) / total + abs(mx) * kLog2e * (l / total))
+                                    + kScaleEps * abs(cap_sum) / total + 2.0**-20 * (abs(lse) + 1)
+                                    + (chunk_eps if chunk < count else 0.0))
                 var, shift, spread = [0.0] * dim, [0.0] * dim, [0.0] * dim
-                chunk_sum, chunk_var = [0.0] * dim, [0.0] * dim
-                for j in range(length):
+                chunk_sum, chunk_var, cap_shift = [0.0] * dim, [0.0] * dim, [0.0] * dim
+                for j in range(count):
                     if p[j] != 0:
-                        v = row(vs, j, h)
+                        v = row(vs, first + j, h)
                         for d in range(dim):
                             dv = v[d] - out[d]
                             var[d] += e2[j] * dv * dv
                             shift[d] += p[j] * (s[j] - mx) * kLog2e * dv
                             spread[d] += p[j] * abs(dv)
                             chunk_sum[d] += p[j] * dv
-                    if (j + 1) % chunk == 0 or j + 1 == length:
+                            if cap > 0:
+                                cap_shift[d] += p[j] * cg[j] * dv
+                    if (j + 1) % chunk == 0 or j + 1 == count:
                         for d in range(dim):
                             chunk_var[d] += chunk_sum[d] * chunk_sum[d]
                             chunk_sum[d] = 0.0
+                if w != 0:
+                    for d in range(dim):
+                        var[d] += e2_w * out[d] * out[d]
+                        shift[d] += mx * kLog2e * w * out[d]
+                        spread[d] += w * abs(out[d])
                 for d in range(dim):
-                    combine_var = chunk_eps * chunk_eps / 3 * chunk_var[d] if chunk < length else 0.0
-                    out_sigma[b][hq][d] = math.sqrt(var[d] + combine_var) / l
-                    out_fixed[b][hq][d] = (kLn2 * kScaleEps * abs(shift[d]) + 2.0**-22 * spread[d]) / l
+                    combine_var = chunk_eps * chunk_eps / 3 * chunk_var[d] if chunk < count else 0.0
+                    out_sigma[b][hq][d] = math.sqrt(var[d] + combine_var) / total
+                    out_fixed[b][hq][d] = (kLn2 * kScaleEps * abs(shift[d]) + kScaleEps * abs(cap_shift[d])
+                                           + 2.0**-22 * spread[d]) / total
     return out_sigma, out_fixed, lse_sigma, lse_fixed
 
 
@@ -295,3 +368,209 @@ def test_the_port_agrees_with_the_cpp_loops(chunk_tokens):
     assert ref_lse[0].isfinite().all()  # the masked token took no part
     want = p.reference().select(slice(0, 3))  # and the comparison, of the 3 sequences it applies to
     assert_matches_reference(want.out.half(), want.lse.float(), want, p.seq_lens[:3])
+
+
+# ---- the attention variants ----
+
+def naive_reference(p, window=0, cap=0.0, sinks=None):
+    """out and lse from the variants' definitions, one (sequence, head) at a time in scalar
+    Python: key t of sequence b is row t % page_size of page block_table[b][t // page_size];
+    the query (position len - 1) sees keys t >= len - window; each score s = softmax_scale q.k
+    becomes cap tanh(s / cap); the sink joins the denominator with no value."""
+    batch, q_heads, dim = p.q.shape
+    kv_heads, page = p.k_cache.shape[2], p.k_cache.shape[1]
+    group = q_heads // kv_heads
+    scale = p.softmax_scale if p.softmax_scale is not None else 1 / math.sqrt(dim)
+    keys, values = dequantize(p.k_cache, p.k_scale).tolist(), dequantize(p.v_cache, p.v_scale).tolist()
+    table, qs = p.block_table.tolist(), p.q.double().tolist()
+    out = [[[0.0] * dim for _ in range(q_heads)] for _ in range(batch)]
+    lse = [[-math.inf] * q_heads for _ in range(batch)]
+    for b, length in enumerate(p.seq_lens.tolist()):
+        for h in range(q_heads):
+            logits, rows = [], []
+            for t in range(length):
+                if window > 0 and t < length - window:
+                    continue
+                k = keys[table[b][t // page]][t % page][h // group]
+                score = scale * sum(qs[b][h][d] * k[d] for d in range(dim))
+                logits.append(cap * math.tanh(score / cap) if cap > 0 else score)
+                rows.append(values[table[b][t // page]][t % page][h // group])
+            terms = logits + ([float(sinks[h])] if sinks is not None else [])
+            if not terms or max(terms) == -math.inf:
+                continue
+            m = max(terms)
+            denominator = sum(math.exp(x - m) for x in terms)
+            lse[b][h] = m + math.log(denominator)
+            for d in range(dim):
+                out[b][h][d] = sum(math.exp(x - m) * row[d] for x, row in zip(logits, rows)) / denominator
+    return torch.tensor(out, dtype=torch.float64), torch.tensor(lse, dtype=torch.float64)
+
+
+VARIANTS = {  # name: (sliding_window, logit_softcap, sinks?)
+    "window": (5, 0.0, False), "window mid-page": (37, 0.0, False), "soft-cap": (0, 3.0, False),
+    "sinks": (0, 0.0, True), "all three": (37, 3.0, True),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
+def test_the_reference_follows_the_definitions(variant):
+    window, cap, with_sinks = VARIANTS[variant]
+    p = random_problem(300, batch=4, kv_heads=2, group=2, head_dim=8, page_size=4, max_len=70, device="cpu",
+                       lengths=[70, 0, 3, 45])
+    p.q *= 3  # scores of a few units: the soft-cap bends them
+    sinks = random_sinks(301, 4, "cpu", center=2.0) if with_sinks else None
+    args = (p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, None, p.k_scale, p.v_scale)
+    out, lse = decode_reference(*args, sliding_window=window, logit_softcap=cap, sinks=sinks)
+    want_out, want_lse = naive_reference(p, window, cap, sinks)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+    if with_sinks:  # length 0: out 0, lse = the sink (the last head has none: -inf)
+        assert out[1].eq(0).all() and torch.equal(lse[1], sinks.double())
+    # Each variant changes the answer (so that the tests of it can tell).
+    plain_out, _ = decode_reference(*args)
+    assert not torch.allclose(out[0], plain_out[0], atol=1e-3)
+
+
+def test_the_variants_off_are_plain_attention():
+    p = random_problem(302, batch=3, head_dim=64, page_size=16, max_len=300, device="cpu", lengths=[300, 0, 17])
+    args = (p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, None, p.k_scale, p.v_scale)
+    plain = decode_reference(*args)
+    for kw in (dict(sliding_window=None, logit_softcap=None), dict(sliding_window=300),
+               dict(sinks=torch.full((8,), -math.inf))):
+        out, lse = decode_reference(*args, **kw)
+        assert torch.equal(out, plain[0]) and torch.equal(lse, plain[1]), kw
+    out, lse = decode_reference(*args, logit_softcap=1e9)  # tanh(x) = x to 1e-16 here
+    torch.testing.assert_close(out, plain[0], rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^sliding_window: -1 must be >= 0"):
+        decode_reference(*args, sliding_window=-1)
+    with pytest.raises(ValueError, match=r"^logit_softcap: nan must be finite"):
+        decode_reference(*args, logit_softcap=math.nan)
+    with pytest.raises(ValueError, match=r"^sinks: must be \[num_q_heads\] = \[8\]"):
+        decode_reference(*args, sinks=torch.zeros(2))
+
+
+def test_the_variants_terms_by_hand():
+    """q = 0: every score 0, every weight 1. The 2-token problem of test_a_2_token_problem_by_hand
+    as the last 2 of 3 tokens under a window of 2 (the first token's V is far off: it must
+    take no part); then with a sink of 0 (a third weight of 1, on a value of 0: l = 3); then
+    with a soft-cap of 4 (score 0, sech^2 = 1: each score's error the cap's 4 * 2^-20)."""
+    k = torch.tensor([[9.0, 9.0, 9.0, 9.0], [1.0, -2.0, 0.5, 4.0], [3.0, 0.25, -1.0, 2.0]]).half()
+    v = torch.tensor([[100.0, -100.0, 50.0, 7.0], [0.5, -1.5, 2.0, 8.0], [-0.25, 1.0, 1.0, -3.0]]).half()
+    k_cache, v_cache = k.view(1, 3, 1, 4), v.view(1, 3, 1, 4)
+    q = torch.zeros(1, 1, 4, dtype=torch.half)
+    table, lens = torch.zeros(1, 1, dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
+    rounding2 = (2.0**-10 / math.sqrt(12)) ** 2  # a weight of 1 rounded to fp16
+    v1, v2 = v[1].double(), v[2].double()
+
+    want = expected_outputs(q, k_cache, v_cache, table, lens, 0.5, 1.0, 1.0, sliding_window=2)
+    e2 = rounding2 + 2.0**-44
+    m = want.model
+    torch.testing.assert_close(want.out[0, 0], (v1 + v2) / 2, rtol=1e-12, atol=0)
+    assert close(want.lse[0, 0].item(), math.log(2))
+    torch.testing.assert_close(m.out_sigma[0, 0], math.sqrt(2 * e2) * (v1 - v2).abs() / 4, rtol=1e-12, atol=0)
+    torch.testing.assert_close(m.out_fixed[0, 0], 2.0**-22 * (v1 - v2).abs() / 2, rtol=1e-12, atol=0)
+    assert close(m.lse_sigma[0, 0].item(), math.sqrt(2 * e2) / 2)
+    assert close(m.lse_fixed[0, 0].item(), 2.0**-20 * (math.log(2) + 1))
+
+    sink = torch.zeros(1)
+    want = expected_outputs(q, k_cache, v_cache, table, lens, 0.5, 1.0, 1.0, sliding_window=2, sinks=sink)
+    out = (v1 + v2) / 3
+    e2_sink = (2.0**-21) ** 2 / 3
+    m = want.model
+    torch.testing.assert_close(want.out[0, 0], out, rtol=1e-12, atol=0)
+    assert close(want.lse[0, 0].item(), math.log(3))
+    torch.testing.assert_close(m.out_sigma[0, 0], (e2 * ((v1 - out) ** 2 + (v2 - out) ** 2) + e2_sink * out**2).sqrt()
+                               / 3, rtol=1e-12, atol=0)
+    torch.testing.assert_close(m.out_fixed[0, 0], 2.0**-22 * ((v1 - out).abs() + (v2 - out).abs() + out.abs()) / 3,
+                               rtol=1e-12, atol=0)
+    assert close(m.lse_sigma[0, 0].item(), math.sqrt(2 * e2 + e2_sink) / 3)
+    assert close(m.lse_fixed[0, 0].item(), 2.0**-20 * (math.log(3) + 1))
+
+    want = expected_outputs(q, k_cache, v_cache, table, lens, 0.5, 1.0, 1.0, sliding_window=2, logit_softcap=4.0)
+    e2_cap = rounding2 + 2.0**-44 + (4.0 * 2.0**-20) ** 2 / 3
+    assert close(want.model.lse_sigma[0, 0].item(), math.sqrt(2 * e2_cap) / 2)
+    assert close(want.model.lse_fixed[0, 0].item(), 2.0**-20 * (math.log(2) + 1))
+
+    lens[0] = 0  # the sink alone: out 0, lse = the sink (3), within 2^-20 (|sink| + 1)
+    want = expected_outputs(q, k_cache, v_cache, table, lens, 0.5, 1.0, 1.0, sinks=sink + 3)
+    assert want.out.eq(0).all() and want.lse[0, 0].item() == 3.0
+    assert want.model.out_sigma.eq(0).all() and want.model.out_fixed.eq(0).all()
+    assert want.model.lse_sigma[0, 0].item() == 0 and close(want.model.lse_fixed[0, 0].item(), 2.0**-20 * 4)
+
+
+def variant_problem(seed, variant, lengths, *, head_dim=64, page_size=16, cache_dtype=torch.uint8,
+                    q_dtype=torch.float16, device="cpu", window=None):
+    """A problem of `lengths` with a VARIANTS variant: q 3x larger (scores of a few units,
+    which the soft-cap of 3 bends) and sinks around log(a few hundred)."""
+    default_window, cap, with_sinks = VARIANTS[variant]
+    p = random_problem(seed, batch=len(lengths), kv_heads=2, group=4, head_dim=head_dim, page_size=page_size,
+                       max_len=max(max(lengths), 1), cache_dtype=cache_dtype, q_dtype=q_dtype, device=device,
+                       lengths=lengths)
+    p.q = (p.q.float() * 3).to(q_dtype)
+    p.variant = dict(sliding_window=default_window if window is None else window, logit_softcap=cap,
+                     sinks=random_sinks(seed + 1, 8, device) if with_sinks else None)
+    return p
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
+@pytest.mark.parametrize("cache_dtype,q_dtype", [(torch.uint8, torch.float16), (torch.float16, torch.bfloat16)])
+def test_a_simulated_kernel_with_variants_passes(variant, cache_dtype, q_dtype):
+    worst = 0.0
+    for seed, lengths in enumerate([[1, 0, 2, 5], [17, 100, 64, 41], [900, 65, 129, 0], [3000, 3, 0, 1000]]):
+        p = variant_problem(400 + seed, variant, lengths, cache_dtype=cache_dtype, q_dtype=q_dtype)
+        want = p.reference()
+        assert_matches_reference(want.out.to(q_dtype), want.lse.float(), want, p.seq_lens)
+        for chunk in (64, 0):
+            simulated = simulated_kernel(p, chunk)
+            assert_matches_reference(*simulated, want, p.seq_lens)
+            worst = max(worst, ratios(*simulated, want)[0])
+    assert worst > 0.05, worst  # a fair share of the bound, not a sliver of it
+
+
+WRONG = {  # what a wrong kernel did: the variant arguments it used instead of the right ones
+    "window one token longer": lambda v: dict(v, sliding_window=v["sliding_window"] + 1),
+    "window one token shorter": lambda v: dict(v, sliding_window=v["sliding_window"] - 1),
+    "sinks ignored": lambda v: dict(v, sinks=None),
+    "sinks of the wrong heads": lambda v: dict(v, sinks=v["sinks"].roll(1)),
+    "soft-cap ignored": lambda v: dict(v, logit_softcap=0.0),
+}
+
+
+@pytest.mark.parametrize("window", [5, 37, 100, 517], ids=lambda w: f"window {w}")
+@pytest.mark.parametrize("wrong", WRONG, ids=list(WRONG))
+def test_a_wrong_variant_fails(wrong, window):
+    """One sequence of 3000 tokens and one of 600, every variant on; the output of the right
+    reference rounded to fp16 passes, that of a wrong one fails, out alone (and lse alone,
+    but for a window off by one, which may keep the LSE within its bound)."""
+    p = variant_problem(500 + window, "all three", [3000, 600], window=window)
+    want = p.reference()
+    assert_matches_reference(want.out.half(), want.lse.float(), want, p.seq_lens)
+    bad = p.reference(**WRONG[wrong](p.variant))
+    with pytest.raises(AssertionError, match="out off by"):
+        assert_matches_reference(bad.out.half(), None, want, p.seq_lens)
+    if "window" not in wrong:
+        with pytest.raises(AssertionError, match="lse off by"):
+            assert_matches_reference(None, bad.lse.float(), want, p.seq_lens)
+
+
+@pytest.mark.parametrize("chunk_tokens", [64, 16, 0])
+@pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
+def test_the_port_agrees_with_the_cpp_loops_with_variants(variant, chunk_tokens):
+    """The same transcription with the variants' terms: sequences of 70 (windows cut it),
+    0 (with sinks: the sink alone), 3 and 45 tokens, D 8, page 4, q 3x larger (the soft-cap
+    bends the scores)."""
+    window, cap, with_sinks = VARIANTS[variant]
+    p = random_problem(310, batch=4, kv_heads=2, group=2, head_dim=8, page_size=4, max_len=70, device="cpu",
+                       lengths=[70, 0, 3, 45])
+    p.q *= 3
+    sinks = random_sinks(311, 4, "cpu", center=2.0) if with_sinks else None
+    args = (p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, 1 / math.sqrt(8), p.k_scale, p.v_scale)
+    variant_args = dict(sliding_window=window, logit_softcap=cap, sinks=sinks)
+    ref_out, ref_lse = decode_reference(*args, **variant_args)
+    model = decode_error_model(*args, ref_out, ref_lse, chunk_tokens, **variant_args)
+    scalar = scalar_model(*args, ref_out, ref_lse, chunk_tokens, window, cap, sinks)
+    for got, ref, what in zip(model, scalar, ("out_sigma", "out_fixed", "lse_sigma", "lse_fixed")):
+        assert_all_close(got, ref, what)
+    assert model.lse_fixed[0].gt(0).all() and model.out_sigma[0].gt(0).all()
+    if with_sinks:  # the length-0 sequence: its lse (the sink) bounded, but for the head without one
+        assert model.lse_fixed[1, :-1].gt(0).all() and model.lse_fixed[1, -1] == 0

@@ -9,7 +9,10 @@ What a serving step looks like here, as in vLLM with full CUDA graphs for decode
 - outside a graph (vLLM's eager or piecewise mode) key/value keep the padded row count while
   slot_mapping holds only the real tokens.
 Outputs are compared with the float64 reference (vxqa_torch/reference.py) within the tests'
-bound, and the cache rows written with the CPU encoder, bit for bit. GPU only: skips on CPU."""
+bound, and the cache rows written with the CPU encoder, bit for bit. GPU only: skips on CPU.
+And docs/vllm.md's "Attention variants": gpt-oss-style layers (a 128-token window on every
+other layer, bf16 sinks on all) through two plans, vLLM's per-layer arguments passed as they
+come (sliding_window None on global layers, logits_soft_cap None)."""
 import math
 from dataclasses import dataclass
 
@@ -17,7 +20,7 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import E5M2_MAX, assert_matches_reference, expected_outputs
+from problems import E5M2_MAX, assert_matches_reference, expected_outputs, random_problem
 
 PAD_SLOT_ID = -1  # vLLM's slot for a padding token
 
@@ -209,3 +212,43 @@ def test_vllm_uint8_cache_needs_its_format_stated():
         Engine(torch.device("cpu"), kv_cache_dtype="auto")
     with pytest.raises(ValueError, match=r"^kv_cache_dtype: \"fp8\" means E4M3 codes"):
         Engine(torch.device("cpu"), kv_cache_dtype="fp8")
+
+
+@dataclass
+class ImplArgs:
+    """What vLLM's AttentionImpl.__init__ receives for a layer's variant."""
+    sliding_window: object  # Optional[int]
+    logits_soft_cap: object  # Optional[float]
+    sinks: torch.Tensor  # [num_heads], the model's dtype (gpt-oss: bf16)
+
+
+def test_vllm_gpt_oss_layers_window_and_sinks(cuda):
+    """docs/vllm.md's snippet: a local plan (sliding_window=128, sinks=True) and a global plan
+    (sinks=True), the sinks converted to fp32 once, each layer run on its plan with vLLM's
+    arguments as they come; the local plan refuses a global layer's None window, the global
+    plan a window."""
+    layers = [random_problem(900 + i, batch=4, kv_heads=2, group=4, head_dim=64, page_size=16, max_len=400,
+                             device=cuda, lengths=[400, 0, 129, 77]) for i in range(4)]
+    g = torch.Generator().manual_seed(901)
+    impls = [ImplArgs(128 if i % 2 == 0 else None, None, (4 + torch.randn(8, generator=g)).bfloat16().to(cuda))
+             for i in range(4)]
+    p = layers[0]
+    shape = dict(num_q_heads=8, num_kv_heads=2, head_dim=64, page_size=16, max_batch=4, max_context=400,
+                 q_dtype=torch.float16, kv_cache_dtype="fp8_e5m2", cache_dtype=torch.uint8, device=cuda)
+    local_plan = vxqa_torch.DecodePlan(**shape, sliding_window=128, sinks=True)
+    global_plan = vxqa_torch.DecodePlan(**shape, sinks=True)
+    sinks = [impl.sinks.float().contiguous() for impl in impls]  # once, at load
+    for layer, impl, layer_sinks in zip(layers, impls, sinks):
+        plan = local_plan if impl.sliding_window else global_plan
+        out = plan.run(layer.q, layer.k_cache, layer.v_cache, layer.block_table, layer.seq_lens, k_scale=layer.k_scale,
+                       v_scale=layer.v_scale, sliding_window=impl.sliding_window, logit_softcap=impl.logits_soft_cap,
+                       sinks=layer_sinks)
+        torch.cuda.synchronize()
+        want = layer.reference(sliding_window=impl.sliding_window or 0, sinks=layer_sinks)
+        assert_matches_reference(out, None, want, layer.seq_lens)
+    with pytest.raises(ValueError, match=r"^sliding_window: 0 is outside 1\.\.128"):
+        local_plan.run(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, sliding_window=None, sinks=sinks[0])
+    with pytest.raises(ValueError, match=r"^sliding_window: 128 given to a plan made without a window"):
+        global_plan.run(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, sliding_window=128, sinks=sinks[0])
+    with pytest.raises(ValueError, match=r"^sinks: dtype BFloat16 is not supported \(Float\)"):
+        global_plan.run(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, sinks=impls[1].sinks)

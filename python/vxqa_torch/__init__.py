@@ -8,15 +8,25 @@ mapping from a vLLM attention backend.
     out = plan.run(q, k_cache, v_cache, block_table, seq_lens)     # every layer, every step
     out = vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens)  # slow path: plans each call
 
+Attention variants, as keyword arguments of decode() and DecodePlan.run(): sliding_window
+(the last W keys), logit_softcap (cap * tanh(s / cap)) and sinks (one fp32 logit a query head
+in the softmax denominator). A DecodePlan is made for the ones its runs use:
+
+    plan = vxqa_torch.DecodePlan(..., sliding_window=128, sinks=True)   # windows 1..128, sinks
+    out = plan.run(q, k_cache, v_cache, block_table, seq_lens, sliding_window=128, sinks=layer_sinks)
+
 They are torch.library custom ops underneath (torch.ops.vxqa.*) with fake kernels, so they
 work under torch.compile and in CUDA-graph capture. A bad argument raises ValueError naming
 it ("q: ...").
 """
+import operator
+
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.vxqa)
 from . import _fake
-from ._fake import HEAD_DIMS, KV_CACHE_DTYPES, PLAN_FIELDS  # noqa: F401
+from ._fake import HEAD_DIMS, KV_CACHE_DTYPES, PLAN_FIELDS, plan_span  # noqa: F401
+from ._fake import VARIANT_LOGIT_SOFTCAP, VARIANT_SINKS, VARIANT_SLIDING_WINDOW  # noqa: F401
 
 # Bits of an error word (include/vxqa/kernel/error_bits.cuh): one set for decode and
 # append_kv, so one int32 word can collect a whole layer's.
@@ -40,8 +50,16 @@ def _softmax_scale(value):
     return None if value is None else float(value)
 
 
+def _variant(sliding_window, logit_softcap):
+    """The op's (sliding_window, logit_softcap): None is vLLM's "off", 0 here. Anything else
+    goes to the op as given (its schema refuses a non-integer window)."""
+    return (0 if sliding_window is None else sliding_window,
+            0.0 if logit_softcap is None else float(logit_softcap))
+
+
 def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto", softmax_scale=None, k_scale=1.0,
-           v_scale=1.0, max_context=None, out=None, lse=None, errors=None):
+           v_scale=1.0, max_context=None, out=None, lse=None, errors=None, sliding_window=0, logit_softcap=0.0,
+           sinks=None):
     """One decode step: softmax(q K^T * softmax_scale) V per query head over the paged cache.
 
     The slow path: every call plans (asks the device for its SMs and occupancy) and takes a
@@ -65,15 +83,27 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
     out          [batch, num_q_heads, head_dim] of q's dtype (allocated when None).
     lse          optional float32 [batch, num_q_heads], filled with the natural-log LSE.
     errors       optional int32 CUDA tensor of one element: the ERROR bits are OR-ed in.
+    sliding_window  0 or None (default): every key of the sequence. W > 0: the query (the
+                 sequence's last token, position len - 1) sees keys len - W .. len - 1 only
+                 (vLLM's sliding_window; FlashInfer's window_left + 1). The plan's chunks then
+                 cover only the window.
+    logit_softcap  0 or None (default): off. cap > 0: each score s = softmax_scale * q.k
+                 becomes cap * tanh(s / cap) (Gemma 2; vLLM's and FlashInfer's logits_soft_cap).
+    sinks        None (default), or float32 [num_q_heads] on q's device, contiguous: one
+                 natural-log logit a query head that joins its softmax denominator with no
+                 value row (gpt-oss); lse includes it. Read at every launch. A length-0
+                 sequence then gives out 0 and lse = its sink.
     Returns out. Batch 0 does nothing.
     """
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_value, k_tensor = _scale(k_scale)
     v_value, v_tensor = _scale(v_scale)
+    window, cap = _variant(sliding_window, logit_softcap)
     torch.ops.vxqa.decode_out(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
                               _softmax_scale(softmax_scale), k_value, v_value, k_tensor, v_tensor,
-                              int(max_context or 0), out, lse, errors)
+                              int(max_context or 0), out, lse, errors, sliding_window=window, logit_softcap=cap,
+                              sinks=sinks)
     return out
 
 
@@ -101,10 +131,21 @@ class DecodePlan:
     kv_cache_dtype, cache_dtype vLLM's string as for decode(), and the cache tensors' dtype
                                 ("auto" needs it; "fp8_e5m2" takes uint8 or float8_e5m2).
     device                      default: the current CUDA device.
+
+    The attention variants its runs may use (each off by default; a plan with one runs on
+    vxqa's Config with every variant flag, which takes the others off at run time):
+    sliding_window              0 or None: no window (run() passes none). W > 0: every run
+                                passes a window of 1..W keys, and the plan's chunks cover
+                                only W + 15 keys (plan_span), so a windowed step costs what a
+                                step over W keys costs. Layers of full attention need a plan
+                                of their own, without sliding_window.
+    logit_softcap               True: run() may pass logit_softcap (the cap itself is run()'s).
+    sinks                       True: run() may pass sinks (the tensor is run()'s).
     """
 
     def __init__(self, *, num_kv_heads, head_dim, page_size, max_batch, max_context, num_q_heads=None,
-                 group_size=None, q_dtype=torch.float16, kv_cache_dtype="auto", cache_dtype=None, device=None):
+                 group_size=None, q_dtype=torch.float16, kv_cache_dtype="auto", cache_dtype=None, device=None,
+                 sliding_window=0, logit_softcap=False, sinks=False):
         if (num_q_heads is None) == (group_size is None):
             raise ValueError("num_q_heads: give num_q_heads or group_size (query heads per KV head), one of them")
         if group_size is None:
@@ -115,9 +156,11 @@ class DecodePlan:
             if kv_cache_dtype == "auto":
                 raise ValueError('cache_dtype: needed with kv_cache_dtype "auto" (the cache\'s dtype says its format)')
             cache_dtype = torch.uint8  # "fp8_e5m2" runs on uint8 and float8_e5m2 caches alike
+        variant, max_window = _plan_variant(sliding_window, logit_softcap, sinks)
         device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         ints = torch.ops.vxqa.plan_decode(num_kv_heads, group_size, head_dim, page_size, max_batch, max_context,
-                                          q_dtype, kv_cache_dtype, cache_dtype, device)
+                                          q_dtype, kv_cache_dtype, cache_dtype, device, variant=variant,
+                                          max_window=max_window)
         workspace = torch.empty(ints[PLAN_FIELDS.index("workspace_bytes")], dtype=torch.uint8, device=device)
         self._init(ints, workspace, kv_cache_dtype)
 
@@ -143,24 +186,72 @@ class DecodePlan:
 
     @property
     def config_name(self):
-        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16"."""
+        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16" (with a variant, e.g.
+        "D128 e5m2 fp16 W4 page* +window +softcap +sinks")."""
         return torch.ops.vxqa.describe_plan(self.ints)
+
+    @property
+    def sliding_window(self):
+        """The largest window a run may pass (the plan's max_window); 0: none (or any, for a
+        plan made by plan_decode with the window bit and max_window 0)."""
+        return self.max_window
+
+    @property
+    def logit_softcap(self):
+        """Whether a run may pass logit_softcap."""
+        return bool(self.variant & VARIANT_LOGIT_SOFTCAP)
+
+    @property
+    def sinks(self):
+        """Whether a run may pass sinks."""
+        return bool(self.variant & VARIANT_SINKS)
 
     def __repr__(self):
         return "DecodePlan(" + ", ".join(f"{n}={v}" for n, v in zip(PLAN_FIELDS[1:], self.ints[1:])) + ")"
 
     def run(self, q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, k_scale=1.0, v_scale=1.0,
-            out=None, lse=None, errors=None):
+            out=None, lse=None, errors=None, sliding_window=0, logit_softcap=0.0, sinks=None):
         """One decode step with this plan: decode()'s arguments and results (batch up to
-        max_batch; the block table holds at least max_context tokens). Returns out."""
+        max_batch; the block table holds at least max_context tokens). Returns out.
+        sliding_window, logit_softcap and sinks as for decode(), each only where the plan was
+        made for it: a window of 1..plan.sliding_window on a plan made with one (0 is then
+        refused), a cap on a plan made with logit_softcap=True, sinks with sinks=True."""
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         k_value, k_tensor = _scale(k_scale)
         v_value, v_tensor = _scale(v_scale)
+        window, cap = _variant(sliding_window, logit_softcap)
         torch.ops.vxqa.decode_planned(self.ints, self.workspace, q, k_cache, v_cache, block_table, seq_lens,
                                       self.kv_cache_dtype, _softmax_scale(softmax_scale), k_value, v_value,
-                                      k_tensor, v_tensor, out, lse, errors)
+                                      k_tensor, v_tensor, out, lse, errors, sliding_window=window,
+                                      logit_softcap=cap, sinks=sinks)
         return out
+
+
+def _plan_variant(sliding_window, logit_softcap, sinks):
+    """plan_decode's (variant, max_window) from DecodePlan's arguments, or ValueError naming
+    the argument."""
+    if sliding_window is None:
+        sliding_window = 0
+    try:
+        if isinstance(sliding_window, bool):
+            raise TypeError
+        window = operator.index(sliding_window)
+    except TypeError:
+        raise ValueError(f"sliding_window: {sliding_window!r} is not an int (the largest window run() passes; "
+                         f"0: no window)") from None
+    if window < 0:
+        raise ValueError(f"sliding_window: {window} must be >= 0 (0: no window; W > 0: runs pass windows of 1..W)")
+    if window > _fake.INT_MAX:
+        raise ValueError(f"sliding_window: {window} does not fit in an int")
+    for name, flag, example in (("logit_softcap", logit_softcap, "logit_softcap=50.0"),
+                                ("sinks", sinks, "sinks=layer_sinks")):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}: DecodePlan takes True or False (whether its runs pass {name}), got "
+                             f"{type(flag).__name__}: the value itself goes to run(..., {example})")
+    variant = ((VARIANT_SLIDING_WINDOW if window > 0 else 0) | (VARIANT_LOGIT_SOFTCAP if logit_softcap else 0)
+               | (VARIANT_SINKS if sinks else 0))
+    return variant, window
 
 
 def append_kv(key, value, slot_mapping, k_cache, v_cache, *, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0,

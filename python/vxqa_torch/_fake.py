@@ -8,7 +8,13 @@ symbolic operators and handed to torch._check_value, which records it as a guard
 runtime assert; nothing is turned into a Python bool first, so no size is specialised
 (batch and token counts stay symbolic across calls). tests/test_ops.py runs every argument
 case both here (meta tensors) and through the C++ checks (CPU tensors).
+
+The plan's chunk arithmetic is mirrored too (plan_span, read_plan's num_chunks check): keep
+it in sync with include/vxqa/kernel/split_plan.cuh.
 """
+import math
+import struct
+
 import torch
 from torch.fx.experimental.symbolic_shapes import sym_and, sym_or
 
@@ -24,11 +30,42 @@ KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8", "fp8_e4m3")  # accepted strings; t
 E5M2, FP16 = 1, 2  # vxqa::KvType values (kUnset = 0)
 FP16_Q, BF16_Q = 0, 1  # vxqa::ActType values
 
+# vxqa::VariantFlag bits (include/vxqa/kernel/attention_variant.cuh): plan_decode's `variant`,
+# the plan's "variant" field.
+VARIANT_SLIDING_WINDOW, VARIANT_LOGIT_SOFTCAP, VARIANT_SINKS = 1, 2, 4
+ALL_VARIANT_FLAGS = 7
+
 # torch.ops.vxqa.plan_decode's ints, in order (decode_op.cpp's PlanField).
 PLAN_FIELDS = ("tag", "device", "head_dim", "cache_type", "qo_type", "page_size", "num_kv_heads", "group_size",
-               "config", "max_batch", "max_context", "chunk_tokens", "num_chunks", "workspace_bytes")
-PLAN_TAG = 0x7678716101
+               "config", "variant", "max_batch", "max_context", "max_window", "chunk_tokens", "num_chunks",
+               "workspace_bytes")
+PLAN_TAG = 0x7678716102  # "vxqa", layout 2
 INT_MAX = 2**31 - 1
+WINDOW_CHUNK_ALIGN = 16  # vxqa::kWindowChunkAlign
+
+
+def plan_span(max_context, max_window):
+    """vxqa::plan_span (split_plan.cuh): the keys a step may read of one sequence, which the
+    plan's chunks cover: max_context, or with a window of at most max_window keys, those and up
+    to WINDOW_CHUNK_ALIGN - 1 before them (a window's chunks start 16-aligned)."""
+    window_span = max_window + WINDOW_CHUNK_ALIGN - 1
+    return window_span if max_window > 0 and window_span < max_context else max_context
+
+
+def plan_num_chunks(max_context, max_window, chunk_tokens):
+    """The chunks of chunk_tokens a plan of (max_context, max_window) has (make_decode_plan)."""
+    return -(-plan_span(max_context, max_window) // chunk_tokens)
+
+
+def fp32(x):
+    """x rounded to fp32 as static_cast<float> does (out of range: +-inf)."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+LOG2E_FP32 = fp32(1.4426950408889634)
 
 
 def dtype_name(dtype):
@@ -40,6 +77,13 @@ def _n(x):
     if isinstance(x, torch.SymInt) and x.node.has_hint():
         return str(x.node.hint)
     return str(x)
+
+
+def _g(x):
+    """A float for a message as C++'s %g writes it (a SymFloat by its example value)."""
+    if isinstance(x, torch.SymFloat) and x.node.has_hint():
+        x = x.node.hint
+    return f"{x:g}" if isinstance(x, (int, float)) else str(x)
 
 
 def _dims(sizes):
@@ -103,6 +147,28 @@ def check_scale_tensor(t, name):
     check(t.numel() == 1, lambda: f"{name}: must hold one float32 element, got shape {_dims(t.shape)}")
 
 
+def check_variant(sliding_window, logit_softcap, sinks, q_heads):
+    """decode_op.cpp's check_variant: the attention variant's values."""
+    check(sliding_window >= 0, lambda: f"sliding_window: {_n(sliding_window)} must be >= 0 (0: the whole context; "
+                                       f"W > 0: the last W keys)")
+    check(sliding_window <= INT_MAX, lambda: f"sliding_window: {_n(sliding_window)} does not fit in an int")
+    cap = logit_softcap
+    # (one comparison pair: NaN, negatives and inf all fail it; a SymFloat makes it a guard)
+    check(sym_and(cap >= 0, cap < math.inf), lambda: f"logit_softcap: {_g(cap)} must be finite and >= 0 (0: off)")
+    if not isinstance(cap, torch.SymFloat):  # its fp32 value: known only for a number
+        cap32 = fp32(cap)
+        check(math.isfinite(fp32(cap32 * LOG2E_FP32)),
+              lambda: f"logit_softcap: {_g(cap)} is past fp32's range (logit_softcap * log2(e) must be finite in fp32)")
+        check(cap == 0 or cap32 > 0,
+              lambda: f"logit_softcap: {_g(cap)} rounds to 0 in fp32, which would turn the soft-cap off")
+    if sinks is None:
+        return
+    check_dtype(sinks, "sinks", (torch.float32,))
+    check(sinks.dim() == 1 and sinks.size(0) == q_heads,
+          lambda: f"sinks: must be [num_q_heads] = [{_n(q_heads)}], got shape {_dims(sinks.shape)}")
+    check_contiguous(sinks, "sinks")
+
+
 def cache_format(kv_cache_dtype, dtype, name):
     """The cache's format (E5M2 or FP16) from vLLM's kv_cache_dtype and the tensor's dtype;
     tensor_checks.h's cache_format, message for message."""
@@ -149,7 +215,7 @@ def _same_shape(a, b):
 
 
 def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor, out,
-                 lse, errors):
+                 lse, errors, sliding_window=0, logit_softcap=0.0, sinks=None):
     """decode_op.cpp's check_decode."""
     check_dim(q, "q", 3, "[batch, num_q_heads, head_dim]")
     check_dtype(q, "q", (torch.float16, torch.bfloat16))
@@ -185,14 +251,16 @@ def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_s
     check_errors(errors)
     check_scale_tensor(k_scale_tensor, "k_scale")
     check_scale_tensor(v_scale_tensor, "v_scale")
+    check_variant(sliding_window, logit_softcap, sinks, q_heads)
     return fmt
 
 
 @torch.library.register_fake("vxqa::decode_out")
 def _decode_out_fake(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, softmax_scale, k_scale, v_scale,
-                     k_scale_tensor, v_scale_tensor, max_context, out, lse, errors):
+                     k_scale_tensor, v_scale_tensor, max_context, out, lse, errors, sliding_window=0,
+                     logit_softcap=0.0, sinks=None):
     check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor, out,
-                 lse, errors)
+                 lse, errors, sliding_window, logit_softcap, sinks)
     table_tokens = block_table.size(1) * k_cache.size(1)
     # 0 means the table's capacity, which is itself checked (a page size of 0 makes it 0)
     check(sym_or(sym_and(max_context == 0, table_tokens >= 1), sym_and(max_context >= 1, max_context <= table_tokens)),
@@ -214,8 +282,19 @@ def read_plan(plan):
     check(fields["cache_type"] in (E5M2, FP16), lambda: f"plan: cache type {fields['cache_type']} is not e5m2 or fp16")
     check(fields["qo_type"] in (FP16_Q, BF16_Q), lambda: f"plan: q type {fields['qo_type']} is unknown")
     for name in ("page_size", "device", "config", "num_kv_heads", "group_size", "max_batch", "max_context",
-                 "chunk_tokens", "num_chunks"):  # in read_plan's order
+                 "chunk_tokens", "num_chunks", "max_window"):  # in read_plan's order
         check_int(name)
+    check(fields["variant"] <= ALL_VARIANT_FLAGS,
+          lambda: f"plan.variant: {fields['variant']} has bits that are not vxqa::VariantFlag values")
+    check(fields["max_window"] == 0 or bool(fields["variant"] & VARIANT_SLIDING_WINDOW),
+          lambda: f"plan.max_window: {fields['max_window']} is set, but the plan's variant has no sliding window")
+    chunk = fields["chunk_tokens"]
+    check(chunk >= 1, lambda: f"plan.chunk_tokens: {chunk} must be >= 1")
+    span = plan_span(fields["max_context"], fields["max_window"])
+    chunks = plan_num_chunks(fields["max_context"], fields["max_window"], chunk)
+    check(fields["num_chunks"] == chunks,
+          lambda: f"plan.num_chunks: {fields['num_chunks']} does not match the {chunks} chunks of {chunk} tokens that "
+                  f"cover the plan's span of {span} keys (max_context, or max_window + {WINDOW_CHUNK_ALIGN - 1})")
     return fields
 
 
@@ -248,13 +327,37 @@ def check_against_plan(pl, q, k_cache, block_table, fmt, workspace):
           lambda: f"workspace: {_n(workspace.numel())} bytes, the plan needs {pl['workspace_bytes']}")
 
 
+def check_variant_against_plan(pl, sliding_window, logit_softcap, sinks):
+    """decode_op.cpp's check_variant_against_plan: a run's variant within the plan's."""
+    max_window = pl["max_window"]
+    if not pl["variant"] & VARIANT_SLIDING_WINDOW:
+        check(sliding_window == 0,
+              lambda: f"sliding_window: {_n(sliding_window)} given to a plan made without a window: make the plan "
+                      f"with DecodePlan(..., sliding_window=W), W the largest window its runs pass")
+    elif max_window > 0:
+        check(sym_and(sliding_window >= 1, sliding_window <= max_window),
+              lambda: f"sliding_window: {_n(sliding_window)} is outside 1..{max_window}, the windows of this plan "
+                      f"(DecodePlan(sliding_window={max_window}): its chunks cover no more keys"
+                      + ("; layers of full attention need a plan without sliding_window"
+                         if _n(sliding_window) == "0" else ""))
+    if not pl["variant"] & VARIANT_LOGIT_SOFTCAP:
+        check(logit_softcap == 0,
+              lambda: f"logit_softcap: {_g(logit_softcap)} given to a plan made without a soft-cap: make the plan "
+                      f"with DecodePlan(..., logit_softcap=True)")
+    if not pl["variant"] & VARIANT_SINKS:
+        check(sinks is None,
+              lambda: "sinks: given to a plan made without sinks: make the plan with DecodePlan(..., sinks=True)")
+
+
 @torch.library.register_fake("vxqa::decode_planned")
 def _decode_planned_fake(plan, workspace, q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, softmax_scale,
-                         k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse, errors):
+                         k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse, errors, sliding_window=0,
+                         logit_softcap=0.0, sinks=None):
     pl = read_plan(plan)
     fmt = check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor,
-                       out, lse, errors)
+                       out, lse, errors, sliding_window, logit_softcap, sinks)
     check_against_plan(pl, q, k_cache, block_table, fmt, workspace)
+    check_variant_against_plan(pl, sliding_window, logit_softcap, sinks)
 
 
 @torch.library.register_fake("vxqa::append_kv")

@@ -4,6 +4,15 @@ It gathers each sequence's pages through the block table, dequantizes them (E5M2
 fp16, times the scale) and takes the softmax in float64. A length-0 sequence gives out 0
 and lse -inf, as the kernel does.
 
+The attention variants, from their definitions (keyword arguments, each off by default):
+  sliding_window W > 0  the query, the sequence's last token (position len - 1), sees the
+                        keys len - W .. len - 1 only (all of them when len <= W);
+  logit_softcap cap > 0 each score s = softmax_scale * q.k becomes cap * tanh(s / cap);
+  sinks [num_q_heads]   one logit (natural log) a query head that joins the softmax's
+                        denominator with no value row: out = sum_j e^(s_j) v_j / (e^sink +
+                        sum_j e^(s_j)), lse = log(e^sink + sum_j e^(s_j)); a length-0 sequence
+                        gives out 0 and lse = sink.
+
 decode_error_model and error_bounds (or both at once, decode_bounds) say how far a correct
 kernel's outputs may lie from it, element by element: a port of vxqa's C++ error model
 (testing/include/vxqa/testing/error_model.h) and of compare.h's bounds, which the C++ tests
@@ -29,23 +38,55 @@ def gather_sequence(values, block_table_row, length):
     return values[pages].reshape(-1, values.shape[2], values.shape[3])[:length]
 
 
-def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0):
-    """(out, lse) in float64: out [batch, num_q_heads, head_dim], lse [batch, num_q_heads]."""
+def first_visible_key(length, sliding_window):
+    """The first key the query of a sequence of `length` tokens sees: length - W under a
+    window of W keys shorter than the sequence, else 0."""
+    return length - sliding_window if sliding_window and 0 < sliding_window < length else 0
+
+
+def _check_variant(sliding_window, logit_softcap, sinks, q_heads):
+    """The variant's arguments as plain numbers (window int >= 0, cap float >= 0) and the
+    sinks' shape, or ValueError naming the argument."""
+    window = int(sliding_window or 0)
+    cap = float(logit_softcap or 0.0)
+    if window < 0:
+        raise ValueError(f"sliding_window: {window} must be >= 0 (0: the whole context)")
+    if not (0.0 <= cap < math.inf):
+        raise ValueError(f"logit_softcap: {cap} must be finite and >= 0 (0: off)")
+    if sinks is not None and tuple(sinks.shape) != (q_heads,):
+        raise ValueError(f"sinks: must be [num_q_heads] = [{q_heads}], got shape {list(sinks.shape)}")
+    return window, cap
+
+
+def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0, *,
+                     sliding_window=0, logit_softcap=0.0, sinks=None):
+    """(out, lse) in float64: out [batch, num_q_heads, head_dim], lse [batch, num_q_heads].
+    sliding_window, logit_softcap, sinks: the variants (module docstring), each off by
+    default (0, 0, None; vLLM's None means off too)."""
     batch, q_heads, head_dim = q.shape
+    window, cap = _check_variant(sliding_window, logit_softcap, sinks, q_heads)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     keys, values = dequantize(k_cache, k_scale), dequantize(v_cache, v_scale)
     kv_heads = keys.shape[2]
+    group = q_heads // kv_heads
     out = torch.zeros(batch, q_heads, head_dim, dtype=torch.float64, device=q.device)
     lse = torch.full((batch, q_heads), -math.inf, dtype=torch.float64, device=q.device)
+    sink = None if sinks is None else sinks.to(device=q.device, dtype=torch.float64).reshape(kv_heads, group)
     for b, length in enumerate(seq_lens.tolist()):
         if length == 0:
+            if sink is not None:  # the sink alone: out 0, lse = sink
+                lse[b] = sink.reshape(q_heads)
             continue
-        k = gather_sequence(keys, block_table[b], length)
-        v = gather_sequence(values, block_table[b], length)
-        qb = q[b].to(torch.float64).reshape(kv_heads, q_heads // kv_heads, head_dim)  # head h -> KV head h // group
+        first = first_visible_key(length, window)
+        k = gather_sequence(keys, block_table[b], length)[first:]
+        v = gather_sequence(values, block_table[b], length)[first:]
+        qb = q[b].to(torch.float64).reshape(kv_heads, group, head_dim)  # head h -> KV head h // group
         scores = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
-        row_lse = torch.logsumexp(scores, dim=-1)
+        if cap > 0:
+            scores = cap * torch.tanh(scores / cap)
+        logits = scores if sink is None else torch.cat([scores, sink[..., None]], dim=-1)  # the sink: no value row
+        row_lse = torch.logsumexp(logits, dim=-1)
         weights = torch.exp(scores - row_lse[..., None])
         out[b] = torch.einsum("hgt,thd->hgd", weights, v).reshape(q_heads, head_dim)
         lse[b] = row_lse.reshape(q_heads)
@@ -112,13 +153,32 @@ def half_ulp(x, mantissa_bits):
 
 
 def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
-                       chunk_tokens=64):
+                       chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None):
     """The error model of decode_reference(q, k_cache, v_cache, block_table, seq_lens,
-    softmax_scale, k_scale, v_scale), whose outputs are (ref_out, ref_lse): the same
-    arguments. `chunk_tokens` is the plan's chunk (0 or >= the longest sequence: one chunk,
-    no combine); 64, the finest a plan takes, serves every plan of a problem (its combine
-    term is about 1 % of the variance)."""
+    softmax_scale, k_scale, v_scale, sliding_window=..., logit_softcap=..., sinks=...), whose
+    outputs are (ref_out, ref_lse): the same arguments. `chunk_tokens` is the plan's chunk (0
+    or >= the longest sequence: one chunk, no combine); 64, the finest a plan takes, serves
+    every plan of a problem (its combine term is about 1 % of the variance).
+
+    The variants' terms, as error_model.h has them (none changes the model of a plain call):
+      sliding_window  only the window's keys take part; its chunks are counted from its first
+                      key (the plan cuts them over the window; their part barely depends on
+                      where they start).
+      logit_softcap   the kernel takes x = s_raw * (softmax_scale * k_scale / cap) in fp32 and
+                      cap * tanh(x) with a tanh good to about 2^-21: the dot product's error
+                      reaches the score through tanh's slope (sum |q k| times sech^2 x), tanh's
+                      own error adds an independent cap * 2^-20 a score, and the shared
+                      relative error of the fp32 scale moves score j by c_j = cap sech^2(x_j)
+                      x_j (a second fixed part, beside the plain kernel's).
+      sinks           the sink's fp32 weight w joins l at the end (L = l + w in every
+                      division); it is a token of value 0 in the (v - out) terms, with a
+                      relative error of 2^-21 (independent, like a score's); the scale's shared
+                      error does not move it, so the frame no longer cancels in the shifts; the
+                      combine's fp32 error takes the larger of |max| and |sink|. A row that sees
+                      no key (a length-0 sequence) has out 0 and lse = the sink within
+                      2^-20 (|sink| + 1)."""
     batch, q_heads, head_dim = q.shape
+    window, cap = _check_variant(sliding_window, logit_softcap, sinks, q_heads)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     softmax_scale = float(softmax_scale)
@@ -127,54 +187,81 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
     kv_heads = keys.shape[2]
     group = q_heads // kv_heads
     ref_out, ref_lse = ref_out.to(**f64), ref_lse.to(**f64)
+    sink = None if sinks is None else sinks.to(**f64).reshape(kv_heads, group)
     out_sigma = torch.zeros(batch, q_heads, head_dim, **f64)
     out_fixed = torch.zeros_like(out_sigma)
     lse_sigma = torch.zeros(batch, q_heads, **f64)
     lse_fixed = torch.zeros_like(lse_sigma)
     for b, length in enumerate(seq_lens.tolist()):
-        if length <= 0:
+        if length < 0 or (length == 0 and sink is None):
             continue
-        chunk = chunk_tokens if 0 < chunk_tokens < length else length
-        split = chunk < length
-        k = gather_sequence(keys, block_table[b], length)  # [t, h, d]
-        v = gather_sequence(values, block_table[b], length)
-        qb = q[b].to(**f64).reshape(kv_heads, group, head_dim)  # head h * group + g reads KV head h
-        # Scores (natural units, as the reference) and sum |q_i k_i|, [h, g, t].
-        s = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
-        s_abs = torch.einsum("hgd,thd->hgt", qb.abs(), k.abs()) * abs(softmax_scale)
-        row_max = s.amax(dim=-1)
         lse = ref_lse[b].reshape(kv_heads, group)
         out = ref_out[b].reshape(kv_heads, group, head_dim)
+        if length == 0:  # the sink alone: out exactly 0, lse = the sink
+            lse_fixed[b] = torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0).reshape(q_heads)
+            continue
+        first = first_visible_key(length, window)
+        n = length - first  # the keys the query sees
+        k = gather_sequence(keys, block_table[b], length)[first:]  # [n, h, d]
+        v = gather_sequence(values, block_table[b], length)[first:]
+        qb = q[b].to(**f64).reshape(kv_heads, group, head_dim)  # head h * group + g reads KV head h
+        # Scores (natural units, as the reference), the sum |q_i k_i| term of their error
+        # (times tanh's slope with a soft-cap) and the soft-cap's c_j, [h, g, n].
+        s = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
+        s_abs = torch.einsum("hgd,thd->hgt", qb.abs(), k.abs()) * abs(softmax_scale)
+        if cap > 0:
+            x = s / cap
+            sech2 = torch.where(x.isfinite(), torch.cosh(x).pow(-2), 0.0)  # 0 where tanh is flat
+            s = cap * torch.tanh(x)
+            s_abs = torch.where(sech2 > 0, s_abs * sech2, 0.0)
+            c_cap = torch.where(sech2 > 0, cap * sech2 * x, 0.0)
+        row_max = s.amax(dim=-1)
         rows = torch.isfinite(row_max) & torch.isfinite(lse)  # the others: the NaN/inf rules
-        # Per-token weights and their error's variance e2; a weight of 0 (a -inf score, or
-        # one that underflows) has no error and takes no part (never 0 * inf).
+        # Per-token weights and their error's variance e2; a weight of 0 (a -inf score, or one
+        # that underflows) has no error and takes no part (never 0 * inf).
         shifted = s - row_max[..., None]
         p = torch.exp(shifted)
         live = rows[..., None] & (p != 0)
         p = torch.where(live, p, 0.0)
         score_error = 2.0**-22 * (s_abs + s.abs()) * LOG2E  # base-2 units
         rounding = weight_rounding_sigma(p)
-        e2 = torch.where(live, rounding**2 + p**2 * (LN2**2 * score_error**2 / 3 + 2.0**-44), 0.0)
+        rel2 = LN2**2 * score_error**2 / 3 + 2.0**-44 + ((2.0**-20 * cap) ** 2 / 3 if cap > 0 else 0.0)
+        e2 = torch.where(live, rounding**2 + p**2 * rel2, 0.0)
         shift_w = torch.where(live, p * shifted * LOG2E, 0.0)
+        cap_w = torch.where(live, p * c_cap, 0.0) if cap > 0 else None
         l = p.sum(-1)
-        l_safe = torch.where(rows, l, 1.0)
-        max2 = row_max.abs() * LOG2E
-        chunk_eps = 2.0**-21 * (max2 + 24)  # a chunk weight's relative fp32 error
-        row_lse_sigma = e2.sum(-1).sqrt() / l_safe
-        row_lse_fixed = (LN2 * SCALE_EPS * (shift_w.sum(-1).abs() / l_safe + max2) + 2.0**-20 * (lse.abs() + 1)
-                         + (chunk_eps if split else 0.0))
-        # Per dim: sum e2 (v - out)^2, the scale's shared shift, sum p |v - out|, and the
+        max_abs = torch.where(rows, row_max.abs(), 0.0)
+        # The sink: weight w in the scores' frame, its error e2_w; total L = l + w.
+        if sink is not None:
+            w = torch.where(rows, torch.exp(sink - torch.where(rows, row_max, 0.0)), 0.0)
+            e2_w = (2.0**-21 * w) ** 2 / 3
+            chunk_max = torch.maximum(max_abs, torch.where(sink.isfinite(), sink.abs(), 0.0))
+        else:
+            w, e2_w, chunk_max = 0.0, 0.0, max_abs
+        total = torch.where(rows, l + w, 1.0)
+        chunk = chunk_tokens if 0 < chunk_tokens < n else n
+        split = chunk < n
+        chunk_eps = 2.0**-21 * (chunk_max * LOG2E + 24)  # a chunk weight's relative fp32 error
+        row_lse_sigma = (e2.sum(-1) + e2_w).sqrt() / total
+        row_lse_fixed = (LN2 * SCALE_EPS * (shift_w.sum(-1).abs() / total + max_abs * LOG2E * (l / total))
+                         + 2.0**-20 * (lse.abs() + 1) + (chunk_eps if split else 0.0))
+        if cap > 0:
+            row_lse_fixed = row_lse_fixed + SCALE_EPS * cap_w.sum(-1).abs() / total
+        # Per dim: sum e2 (v - out)^2, the scale's shared shifts, sum p |v - out|, and the
         # chunks' sums sum_{j in c} p (v - out); over blocks of whole chunks, to bound memory.
         var = torch.zeros(kv_heads, group, head_dim, **f64)
         shift, spread, chunk_var = torch.zeros_like(var), torch.zeros_like(var), torch.zeros_like(var)
+        cap_shift = torch.zeros_like(var)
         block = chunk * max(1, 4096 // chunk)
-        for t0 in range(0, length, block):
-            t1 = min(length, t0 + block)
+        for t0 in range(0, n, block):
+            t1 = min(n, t0 + block)
             live_t = live[..., t0:t1, None]
             dv = torch.where(live_t, v[t0:t1].permute(1, 0, 2)[:, None] - out[:, :, None], 0.0)  # [h, g, t, d]
             var += torch.einsum("hgt,hgtd->hgd", e2[..., t0:t1], dv * dv)
             shift += torch.einsum("hgt,hgtd->hgd", shift_w[..., t0:t1], dv)
             spread += torch.einsum("hgt,hgtd->hgd", p[..., t0:t1], dv.abs())
+            if cap > 0:
+                cap_shift += torch.einsum("hgt,hgtd->hgd", cap_w[..., t0:t1], dv)
             if split:
                 pdv = p[..., t0:t1, None] * dv
                 pad = (-(t1 - t0)) % chunk
@@ -182,9 +269,14 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
                     pdv = torch.cat([pdv, pdv.new_zeros(kv_heads, group, pad, head_dim)], dim=2)
                 sums = pdv.reshape(kv_heads, group, -1, chunk, head_dim).sum(dim=3)
                 chunk_var += (sums * sums).sum(dim=2)
+        if sink is not None:  # the sink: a token of value 0
+            var += e2_w[..., None] * out * out
+            shift += (torch.where(rows, row_max, 0.0) * LOG2E * w)[..., None] * out
+            spread += w[..., None] * out.abs()
         combine_var = chunk_eps[..., None] ** 2 / 3 * chunk_var if split else 0.0
-        row_out_sigma = (var + combine_var).sqrt() / l_safe[..., None]
-        row_out_fixed = (LN2 * SCALE_EPS * shift.abs() + 2.0**-22 * spread) / l_safe[..., None]
+        row_out_sigma = (var + combine_var).sqrt() / total[..., None]
+        row_out_fixed = ((LN2 * SCALE_EPS * shift.abs() + SCALE_EPS * cap_shift.abs() + 2.0**-22 * spread)
+                         / total[..., None])
         out_sigma[b] = torch.where(rows[..., None], row_out_sigma, 0.0).reshape(q_heads, head_dim)
         out_fixed[b] = torch.where(rows[..., None], row_out_fixed, 0.0).reshape(q_heads, head_dim)
         lse_sigma[b] = torch.where(rows, row_lse_sigma, 0.0).reshape(q_heads)
@@ -211,9 +303,11 @@ def error_bounds(model, ref_out, out_dtype, sigmas=8.0):
 
 
 def decode_bounds(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
-                  out_dtype, sigmas=8.0, chunk_tokens=64):
+                  out_dtype, sigmas=8.0, chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None):
     """(out_bound, lse_bound) per element for the outputs (ref_out, ref_lse) of
-    decode_reference with the same arguments, for a kernel writing out_dtype."""
+    decode_reference with the same arguments (the variants' included), for a kernel writing
+    out_dtype."""
     model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out,
-                               ref_lse, chunk_tokens)
+                               ref_lse, chunk_tokens, sliding_window=sliding_window, logit_softcap=logit_softcap,
+                               sinks=sinks)
     return error_bounds(model, ref_out, out_dtype, sigmas)
