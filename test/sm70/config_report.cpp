@@ -145,6 +145,10 @@ template <int N>
 std::string option_name(vxqa::opt::Sm70Stages<N>*) { return "vxqa::opt::Sm70Stages<" + std::to_string(N) + ">"; }
 template <int N>
 std::string option_name(vxqa::opt::PageSize<N>*) { return "vxqa::opt::PageSize<" + std::to_string(N) + ">"; }
+template <unsigned kFlags>
+std::string option_name(vxqa::opt::Variant<kFlags>*) {
+  return "vxqa::opt::Variant<" + std::to_string(kFlags) + "u>";
+}
 template <vxqa::ConvertAt C>
 std::string option_name(vxqa::opt::Convert<C>*) {
   return "vxqa::opt::Convert<(vxqa::pipeline::ConvertAt)" + std::to_string(int(C)) + ">";
@@ -191,6 +195,14 @@ std::vector<Row> audited_rows() {
       row<DecodeConfig<64, KvType::kE5M2, Publish>>("DecodeConfig<64, E5M2, Publish>", 3),
       row<DecodeConfig<64, KvType::kFp16>>("DecodeConfig<64, fp16>", 3),
       row<DecodeConfig<64, KvType::kFp16, opt::Sm70Stages<2>>>("DecodeConfig<64, fp16, Sm70Stages<2>>", 3),
+      // The attention variants: each flag alone on the seed Config, and every flag; each
+      // keeps its plain Config's CTAs per SM.
+      row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>>("DecodeConfig<256, E5M2, window>", 2),
+      row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kLogitSoftCap>>>("DecodeConfig<256, E5M2, soft-cap>", 2),
+      row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kAttentionSinks>>>("DecodeConfig<256, E5M2, sinks>", 2),
+      row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<256, E5M2, every variant>", 2),
+      row<DecodeConfig<128, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<128, E5M2, every variant>", 3),
+      row<DecodeConfig<64, KvType::kFp16, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<64, fp16, every variant>", 3),
   };
 }
 
