@@ -302,7 +302,7 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
            {"odd out stride", 2000},
            {"one-row dimension with a junk stride", 300},
            {"q of bf16 values", 3000},
-           {"bf16 q/out, default atom", 600},
+           {"bf16 q/out, default atom", 500},  // 600 before a third of the finite cases took a variant
            {"bf16 q/out, sm70 atom", 250},
            {"k scale on device", 3000},
            {"v scale on device", 3000},
@@ -312,7 +312,15 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
            {"compile-time page not a multiple of 16, default atom", 60},
            {"compile-time page not a multiple of 16, sm70 atom", 60},
            {"more than 32 chunks merged, default atom", 250},
-           {"more than 32 chunks merged, sm70 atom", 250}}) {
+           {"more than 32 chunks merged, sm70 atom", 250},
+           {"sliding window, default atom", 300},
+           {"sliding window, sm70 atom", 300},
+           {"plan cut over the window, default atom", 150},
+           {"plan cut over the window, sm70 atom", 150},
+           {"logit soft-cap, default atom", 200},
+           {"logit soft-cap, sm70 atom", 200},
+           {"attention sinks, default atom", 200},
+           {"attention sinks, sm70 atom", 200}}) {
     INFO(item << ": " << seen[item]);
     CHECK(seen[item] >= at_least);
   }
