@@ -754,12 +754,15 @@ TEST_CASE("sweep bf16: q holds bf16 values, bf16 outputs pass under the bf16 bou
     std::vector<float> lse;
     for (double x : pc.reference.lse) lse.push_back(float(x));
     const KernelOutputs ours{g.rows.data(), lse.data(), 0u};
+    const vxqa::reference::RowLayout layout = vxqa::reference::row_layout(pc.problem.inputs());
     const Comparison as_bf16 = vxqa::reference::compare_with_reference(
-        pc.reference, pc.model, pc.expect, heads, dim, ours, pc.expected_errors, compare_bounds(vxqa::ActType::kBf16));
+        pc.reference, pc.model, pc.expect, heads, dim, ours, pc.expected_errors, compare_bounds(vxqa::ActType::kBf16),
+        layout);
     INFO(as_bf16.first);
     REQUIRE(as_bf16.ok());
     failed_as_fp16 += !vxqa::reference::compare_with_reference(pc.reference, pc.model, pc.expect, heads, dim, ours,
-                                                               pc.expected_errors, compare_bounds(vxqa::ActType::kFp16))
+                                                               pc.expected_errors, compare_bounds(vxqa::ActType::kFp16),
+                                                               layout)
                            .ok();
   }
   CHECK(built == 20);

@@ -121,7 +121,8 @@ inline double check_against_reference(const RandomProblem& p, DecodeResult r,
   const ref::DecodeOutput reference = ref::decode_reference(p.inputs());
   const ref::Comparison c = ref::compare_with_reference(
       reference, ref::decode_error_model(p.inputs(), reference), ref::expect_from_lengths(p.seq_lens),
-      p.query_heads(), p.head_dim, {r.out.data(), r.lse.data(), r.errors}, 0u, bounds);
+      p.query_heads(), p.head_dim, {r.out.data(), r.lse.data(), r.errors}, 0u, bounds,
+      ref::row_layout(p.inputs()));
   INFO(c.mismatches << " mismatches; first: " << c.first);
   REQUIRE(c.ok());
   return c.worst;

@@ -246,7 +246,8 @@ int main(int argc, char** argv) {
             if (run.refused.empty()) {
               const vxqa::reference::Comparison cmp = vxqa::reference::compare_with_reference(
                   c.reference, c.model, c.expect, c.problem.query_heads(), c.problem.head_dim,
-                  {run.out.data(), run.lse.data(), run.errors}, c.expected_errors, compare_bounds(run.qo));
+                  {run.out.data(), run.lse.data(), run.errors}, c.expected_errors, compare_bounds(run.qo),
+                  vxqa::reference::row_layout(c.problem.inputs()));
               if (!cmp.ok()) {
                 const std::string text = cmp.first + " (" + std::to_string(cmp.mismatches) + " mismatches)";
                 failure = failure.empty() ? text : text + "; " + failure;

@@ -119,6 +119,9 @@ inline void build(const SweepCase& c, PreparedCase* out) {
   p = vxqa::reference::make_random_problem(c.problem, c.problem_seed);
   for (uint16_t& x : p.q)
     x = vxqa::reference::fp16_from_double(vxqa::reference::fp16_to_double(x) * c.q_stddev);
+  // The sinks were drawn about the scores of unscaled q: they scale with it, so that they
+  // stay among the scores (from barely counting to outweighing every key).
+  for (float& sink : p.sinks) sink = float(sink * c.q_stddev);
   for (const Injection& in : c.injections) inject(in, &p);
   if (c.masked.seq >= 0) mask_tail(c.masked, c.q_stddev, &p);
   // After every change to q: the reference takes the values the device gets.
@@ -134,10 +137,6 @@ inline void build(const SweepCase& c, PreparedCase* out) {
 
   out->reference = vxqa::reference::decode_reference(p.inputs());
   out->expect = vxqa::reference::expect_from_lengths(p.seq_lens);
-  // With sinks a sequence without tokens has an LSE (its sink): the reference's values.
-  if (!p.sinks.empty())
-    for (Expect& e : out->expect)
-      if (e == Expect::kEmpty) e = Expect::kReference;
   for (const auto& bad : c.bad_lengths) out->expect[bad.first] = Expect::kNan;
   if (c.bad_page.seq >= 0) out->expect[c.bad_page.seq] = Expect::kNan;
   out->expected_errors = c.expected_errors();

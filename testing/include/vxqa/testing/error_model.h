@@ -23,6 +23,33 @@
 //  - fp32 accumulation of P·V and of l: errors proportional to the partial sums, which are
 //    small next to those above; a fixed 2^-22 of Σ p_j |v_j − out| / l covers them.
 //  - The output is rounded to fp16 or bf16 at the end (compare.h adds half an ulp).
+//
+// Attention variants (decode_reference.h) and multi-token rows:
+//  - Window, multi-token queries: a row's weights are those of the keys it sees, nothing
+//    else changes. Its chunks are counted from its first visible key (the plan cuts them over
+//    the window; their part barely depends on where they start).
+//  - Soft-cap: the kernel takes x = s_raw · (softmax_scale · k_scale / cap) in fp32, then
+//    cap · tanh(x) with a tanh good to about 2^-21 absolute (1 − 2 / (exp2(2x·log2 e) + 1)),
+//    then times log2(e) (with cap: one fp32 constant). So
+//      · the shared relative error ε of that fp32 scale moves x by ε·x, so s_j by
+//        c_j ε with c_j = cap · sech²(x_j) · x_j (every score together): a second fixed
+//        part, Σ_j p_j c_j (v_j − out) / l for out and Σ_j p_j c_j / l for lse, times ε
+//        (the first one, ε · s_j from the constant cap · log2(e), is the plain kernel's);
+//      · the dot product's error reaches s_j through tanh's slope: the Σ|q k| term is
+//        multiplied by sech²(x_j);
+//      · tanh's own error, cap · 2^-20 absolute per score, independent: added to e_j.
+//  - Sinks: the kernel adds w = exp2f(sink · log2 e − max) in fp32 to the fp32 sum l at the
+//    end, not rounded to fp16; L = l + w replaces l in every division. The sink is a token
+//    of value 0 in the (v_j − out) terms: its relative error of 2^-21, independent, adds
+//    e_w² out² to σ_out² and e_w² to σ_lse² (e_w = 2^-21 w / √3), and w |out| to
+//    Σ p_j |v_j − out|. The scores' shared ε does not move the sink, so the frame no longer
+//    cancels: the shift is ε Σ_j p_j s_j (v_j − out) / L, with Σ_j p_j (v_j − out) = w · out,
+//    i.e. ε (Σ_j p_j (s_j − max) (v_j − out) + max · w · out) / L, and the lse's is
+//    ε (|Σ_j p_j (s_j − max)| + |max| · l) / L. A chunk's LSE is as large as the sink's:
+//    the combine's ε takes the larger of |max| and |sink|. (The sums are scaled to the frame
+//    max(max, sink), so that a sink far above every score overflows nothing.)
+//  - An empty row with a sink: out exactly 0 (compare.h), lse = the sink within
+//    2^-20 (|sink| + 1) (its fp32 log2(e) and ln 2 products).
 // Inputs whose reference is not finite (NaN, inf) are left to compare.h's rules.
 #pragma once
 
@@ -37,10 +64,10 @@
 namespace vxqa::reference {
 
 struct ErrorModel {
-  std::vector<double> out_sigma;  // [B, Hq, D] standard deviation of the random part
-  std::vector<double> out_fixed;  // [B, Hq, D] bound on the correlated part
-  std::vector<double> lse_sigma;  // [B, Hq]
-  std::vector<double> lse_fixed;  // [B, Hq]
+  std::vector<double> out_sigma;  // [num_tokens, Hq, D] standard deviation of the random part
+  std::vector<double> out_fixed;  // [num_tokens, Hq, D] bound on the correlated part
+  std::vector<double> lse_sigma;  // [num_tokens, Hq]
+  std::vector<double> lse_fixed;  // [num_tokens, Hq]
 };
 
 namespace detail {
@@ -68,90 +95,162 @@ inline double weight_rounding_sigma(double p) {
 inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput& ref, int chunk_tokens = 64) {
   constexpr double kLog2e = 1.4426950408889634, kLn2 = 0.6931471805599453;
   constexpr double kScaleEps = 0x1p-22;  // softmax_scale · k_scale · log2(e) rounded to fp32, twice
-  const int heads = in.kv_heads * in.group, dim = in.head_dim;
+  constexpr double kTanhError = 0x1p-20;  // the soft-cap's tanh, absolute, times cap
+  constexpr double kSinkEps = 0x1p-21;    // the sink's weight, relative
+  const int heads = in.kv_heads * in.group, dim = in.head_dim, group = in.group;
+  const double cap = in.logit_softcap;
+  const int64_t tokens = num_query_tokens(in);
   ErrorModel m;
-  m.out_sigma.assign(static_cast<size_t>(in.batch) * heads * dim, 0.0);
+  m.out_sigma.assign(static_cast<size_t>(tokens) * heads * dim, 0.0);
   m.out_fixed.assign(m.out_sigma.size(), 0.0);
-  m.lse_sigma.assign(static_cast<size_t>(in.batch) * heads, 0.0);
+  m.lse_sigma.assign(static_cast<size_t>(tokens) * heads, 0.0);
   m.lse_fixed.assign(m.lse_sigma.size(), 0.0);
 
-  std::vector<double> q(static_cast<size_t>(in.group) * dim), k(dim), v(dim);
+  std::vector<double> q, k(dim), v(dim);
   for (int b = 0; b < in.batch; ++b) {
     const int len = in.seq_lens[b];
-    if (len <= 0) continue;
-    const int chunk = chunk_tokens > 0 && chunk_tokens < len ? chunk_tokens : len;
+    const QueryRows rows = query_rows(in, b);
+    const int n = rows.count;
+    if (n <= 0) continue;
+    if (len <= 0) {  // the one query sees no key: out exactly 0, lse −inf or the sink
+      if (in.sinks != nullptr)
+        for (int hq = 0; hq < heads; ++hq) {
+          const size_t row = static_cast<size_t>(rows.first) * heads + hq;
+          if (std::isfinite(ref.lse[row])) m.lse_fixed[row] = 0x1p-20 * (std::fabs(ref.lse[row]) + 1);
+        }
+      continue;
+    }
+    std::vector<KeyRange> seen(n);
+    for (int i = 0; i < n; ++i) seen[i] = visible_keys(len, n, i, in.window);
+    const int first = seen[0].begin, span = len - first;
     const int32_t* table = in.block_table + static_cast<int64_t>(b) * in.table_stride;
     auto row_start = [&](int j, int h) {
       return table[j / in.page_size] * in.page_stride + (j % in.page_size) * in.token_stride + h * in.head_stride;
     };
     for (int h = 0; h < in.kv_heads; ++h) {
-      const int first = h * in.group;
-      for (int g = 0; g < in.group; ++g)
-        for (int d = 0; d < dim; ++d)
-          q[g * dim + d] = fp16_to_double(in.q[(static_cast<int64_t>(b) * heads + first + g) * dim + d]);
-      // Scores (natural units, as the reference) and Σ|q_i k_i| for each token and head.
-      std::vector<double> s(static_cast<size_t>(in.group) * len), s_abs(s.size());
-      for (int j = 0; j < len; ++j) {
+      const int first_head = h * group;
+      q.assign(static_cast<size_t>(n) * group * dim, 0.0);
+      for (int i = 0; i < n; ++i)
+        for (int g = 0; g < group; ++g)
+          for (int d = 0; d < dim; ++d)
+            q[(static_cast<size_t>(i) * group + g) * dim + d] =
+                fp16_to_double(in.q[((rows.first + i) * heads + first_head + g) * dim + d]);
+      // Scores (natural units, as the reference), the Σ|q_i k_i| term of their error (times
+      // tanh's slope with a soft-cap) and the soft-cap's c_j, for each query row and key.
+      const size_t cells = static_cast<size_t>(n) * group * span;
+      std::vector<double> s(cells), s_abs(cells), c(cap > 0 ? cells : 0);
+      for (int j = first; j < len; ++j) {
         for (int d = 0; d < dim; ++d) k[d] = detail::load_element(in.k, row_start(j, h) + d, in.format) * in.k_scale;
-        for (int g = 0; g < in.group; ++g) {
-          double dot = 0, dot_abs = 0;
-          for (int d = 0; d < dim; ++d) {
-            dot += q[g * dim + d] * k[d];
-            dot_abs += std::fabs(q[g * dim + d] * k[d]);
-          }
-          s[static_cast<size_t>(g) * len + j] = in.softmax_scale * dot;
-          s_abs[static_cast<size_t>(g) * len + j] = std::fabs(in.softmax_scale) * dot_abs;
-        }
-      }
-      for (int g = 0; g < in.group; ++g) {
-        const size_t row = static_cast<size_t>(b) * heads + first + g;
-        const double* sg = &s[static_cast<size_t>(g) * len];
-        const double* ag = &s_abs[static_cast<size_t>(g) * len];
-        const double* out = &ref.out[row * dim];
-        const double max = *std::max_element(sg, sg + len);
-        if (!std::isfinite(max) || !std::isfinite(ref.lse[row])) continue;  // compare.h's rules
-        // Per-token weights and their error's standard deviation.
-        double l = 0, e2_sum = 0, shift_sum = 0;
-        std::vector<double> p(len), e2(len);
-        for (int j = 0; j < len; ++j) {
-          p[j] = std::exp(sg[j] - max);
-          if (p[j] == 0) continue;  // a masked (-inf) score: no weight, no error (and no 0 · inf)
-          const double score_error = 0x1p-22 * (ag[j] + std::fabs(sg[j])) * kLog2e;  // base-2 units
-          const double rounding = detail::weight_rounding_sigma(p[j]);
-          e2[j] = rounding * rounding + p[j] * p[j] * (kLn2 * kLn2 * score_error * score_error / 3 + 0x1p-44);
-          l += p[j];
-          e2_sum += e2[j];
-          shift_sum += p[j] * (sg[j] - max) * kLog2e;
-        }
-        const double max2 = std::fabs(max) * kLog2e;
-        const double chunk_eps = 0x1p-21 * (max2 + 24);  // a chunk weight's relative fp32 error
-        m.lse_sigma[row] = std::sqrt(e2_sum) / l;
-        m.lse_fixed[row] = kLn2 * kScaleEps * (std::fabs(shift_sum) / l + max2) + 0x1p-20 * (std::fabs(ref.lse[row]) + 1) +
-                           (chunk < len ? chunk_eps : 0.0);
-        // Per dim: Σ e_j² (v_j − out)², the scale's shared shift, Σ p_j |v_j − out|, and the
-        // chunks' sums Σ_{j∈c} p_j (v_j − out).
-        std::vector<double> var(dim, 0), shift(dim, 0), spread(dim, 0), chunk_sum(dim, 0), chunk_var(dim, 0);
-        for (int j = 0; j < len; ++j) {
-          if (p[j] != 0)
-            for (int d = 0; d < dim; ++d) v[d] = detail::load_element(in.v, row_start(j, h) + d, in.format) * in.v_scale;
-          for (int d = 0; d < dim && p[j] != 0; ++d) {
-            const double dv = v[d] - out[d];
-            var[d] += e2[j] * dv * dv;
-            shift[d] += p[j] * (sg[j] - max) * kLog2e * dv;
-            spread[d] += p[j] * std::fabs(dv);
-            chunk_sum[d] += p[j] * dv;
-          }
-          if ((j + 1) % chunk == 0 || j + 1 == len) {
+        for (int i = 0; i < n; ++i) {
+          if (!seen[i].contains(j)) continue;
+          for (int g = 0; g < group; ++g) {
+            const double* qg = &q[(static_cast<size_t>(i) * group + g) * dim];
+            double dot = 0, dot_abs = 0;
             for (int d = 0; d < dim; ++d) {
-              chunk_var[d] += chunk_sum[d] * chunk_sum[d];
-              chunk_sum[d] = 0;
+              dot += qg[d] * k[d];
+              dot_abs += std::fabs(qg[d] * k[d]);
+            }
+            const size_t cell = (static_cast<size_t>(i) * group + g) * span + (j - first);
+            s[cell] = in.softmax_scale * dot;
+            s_abs[cell] = std::fabs(in.softmax_scale) * dot_abs;
+            if (cap > 0) {
+              // sech²(x); 0 where the raw score is infinite (and so is Σ|q k|): tanh is flat there.
+              const double x = s[cell] / cap, cosh = std::cosh(x), sech2 = std::isfinite(x) ? 1 / (cosh * cosh) : 0.0;
+              s[cell] = soft_capped(s[cell], cap);
+              s_abs[cell] = sech2 > 0 ? s_abs[cell] * sech2 : 0.0;
+              c[cell] = sech2 > 0 ? cap * sech2 * x : 0.0;
             }
           }
         }
-        for (int d = 0; d < dim; ++d) {
-          const double combine_var = chunk < len ? chunk_eps * chunk_eps / 3 * chunk_var[d] : 0.0;
-          m.out_sigma[row * dim + d] = std::sqrt(var[d] + combine_var) / l;
-          m.out_fixed[row * dim + d] = (kLn2 * kScaleEps * std::fabs(shift[d]) + 0x1p-22 * spread[d]) / l;
+      }
+      for (int i = 0; i < n; ++i) {
+        for (int g = 0; g < group; ++g) {
+          const size_t row = static_cast<size_t>(rows.first + i) * heads + first_head + g;
+          const size_t base = (static_cast<size_t>(i) * group + g) * span + (seen[i].begin - first);
+          const int count = seen[i].size();
+          const double* sg = &s[base];
+          const double* ag = &s_abs[base];
+          const double* cg = cap > 0 ? &c[base] : nullptr;
+          const double* out = &ref.out[row * dim];
+          const double max = *std::max_element(sg, sg + count);
+          if (!std::isfinite(max) || !std::isfinite(ref.lse[row])) continue;  // compare.h's rules
+          const int chunk = chunk_tokens > 0 && chunk_tokens < count ? chunk_tokens : count;
+          // Per-token weights and their error's standard deviation.
+          double l = 0, e2_sum = 0, shift_sum = 0, cap_sum = 0;
+          std::vector<double> p(count), e2(count);
+          for (int j = 0; j < count; ++j) {
+            p[j] = std::exp(sg[j] - max);
+            if (p[j] == 0) continue;  // a masked (-inf) score: no weight, no error (and no 0 · inf)
+            const double score_error = 0x1p-22 * (ag[j] + std::fabs(sg[j])) * kLog2e;  // base-2 units
+            const double rounding = detail::weight_rounding_sigma(p[j]);
+            double rel2 = kLn2 * kLn2 * score_error * score_error / 3 + 0x1p-44;
+            if (cap > 0) rel2 += (kTanhError * cap) * (kTanhError * cap) / 3;
+            e2[j] = rounding * rounding + p[j] * p[j] * rel2;
+            l += p[j];
+            e2_sum += e2[j];
+            shift_sum += p[j] * (sg[j] - max) * kLog2e;
+            if (cap > 0) cap_sum += p[j] * cg[j];
+          }
+          // The sink: its weight w and error e_w in the frame max(max, sink), where the keys'
+          // sums (taken in the scores' frame, where the kernel rounds) weigh ks = exp(max −
+          // frame): nothing overflows whatever the sink. L = l · ks + w. Without a sink ks = 1.
+          double ks = 1, w = 0, e2_w = 0;
+          double max2 = std::fabs(max) * kLog2e;
+          if (in.sinks != nullptr) {
+            const double sink = in.sinks[first_head + g], frame = std::max(max, sink);
+            ks = std::exp(max - frame);
+            w = std::exp(sink - frame);
+            e2_w = (kSinkEps * w) * (kSinkEps * w) / 3;
+            max2 = std::max(std::fabs(max), std::fabs(sink)) * kLog2e;
+          }
+          const double total = l * ks + w;
+          const double chunk_eps = 0x1p-21 * (max2 + 24);  // a chunk weight's relative fp32 error
+          m.lse_sigma[row] = std::sqrt(e2_sum * (ks * ks) + e2_w) / total;
+          m.lse_fixed[row] =
+              kLn2 * kScaleEps * (std::fabs(shift_sum) * ks / total + std::fabs(max) * kLog2e * (l * ks / total)) +
+              kScaleEps * std::fabs(cap_sum) * ks / total + 0x1p-20 * (std::fabs(ref.lse[row]) + 1) +
+              (chunk < count ? chunk_eps : 0.0);
+          // Per dim: Σ e_j² (v_j − out)², the scale's shared shift, Σ p_j |v_j − out|, and the
+          // chunks' sums Σ_{j∈c} p_j (v_j − out); with a soft-cap Σ p_j c_j (v_j − out).
+          std::vector<double> var(dim, 0), shift(dim, 0), spread(dim, 0), chunk_sum(dim, 0), chunk_var(dim, 0),
+              cap_shift(dim, 0);
+          for (int j = 0; j < count; ++j) {
+            if (p[j] != 0)
+              for (int d = 0; d < dim; ++d)
+                v[d] = detail::load_element(in.v, row_start(seen[i].begin + j, h) + d, in.format) * in.v_scale;
+            for (int d = 0; d < dim && p[j] != 0; ++d) {
+              const double dv = v[d] - out[d];
+              var[d] += e2[j] * dv * dv;
+              shift[d] += p[j] * (sg[j] - max) * kLog2e * dv;
+              spread[d] += p[j] * std::fabs(dv);
+              chunk_sum[d] += p[j] * dv;
+              if (cap > 0) cap_shift[d] += p[j] * cg[j] * dv;
+            }
+            if ((j + 1) % chunk == 0 || j + 1 == count) {
+              for (int d = 0; d < dim; ++d) {
+                chunk_var[d] += chunk_sum[d] * chunk_sum[d];
+                chunk_sum[d] = 0;
+              }
+            }
+          }
+          if (ks != 1)  // the keys' sums into the sink's frame
+            for (int d = 0; d < dim; ++d) {
+              var[d] *= ks * ks, chunk_var[d] *= ks * ks;
+              shift[d] *= ks, spread[d] *= ks, cap_shift[d] *= ks;
+            }
+          if (w != 0)  // the sink: a token of value 0
+            for (int d = 0; d < dim; ++d) {
+              var[d] += e2_w * out[d] * out[d];
+              shift[d] += max * kLog2e * w * out[d];
+              spread[d] += w * std::fabs(out[d]);
+            }
+          for (int d = 0; d < dim; ++d) {
+            const double combine_var = chunk < count ? chunk_eps * chunk_eps / 3 * chunk_var[d] : 0.0;
+            m.out_sigma[row * dim + d] = std::sqrt(var[d] + combine_var) / total;
+            m.out_fixed[row * dim + d] =
+                (kLn2 * kScaleEps * std::fabs(shift[d]) + kScaleEps * std::fabs(cap_shift[d]) + 0x1p-22 * spread[d]) /
+                total;
+          }
         }
       }
     }

@@ -84,6 +84,24 @@ struct RandomProblemOptions {
   float v_scale = 1.0f;
   float softmax_scale = 0.0f;  // 0: 1 / sqrt(head_dim)
   uint64_t garbage_seed = 0;   // garbage has its own stream: changing this changes nothing else
+
+  // Attention variants and multi-token queries (decode_reference.h's DecodeInputs), all off
+  // by default. With all of them off the problem is byte for byte what it was before they
+  // existed: what they draw comes from a stream of its own.
+  int window = 0;             // sliding window (keys), 0: off
+  float logit_softcap = 0.f;  // 0: off
+  // One fp32 sink logit per query head, uniform in [max̂ − 3, lsê + 3], where max̂ and lsê
+  // are a typical row's largest score and log-sum-exp (from the score spread that q ~ N(0, 1)
+  // and K ~ U[-2, 2] give, over the mean number of keys a row sees): from a sink that barely
+  // counts to one that outweighs every key.
+  bool sinks = false;
+  // Query tokens per sequence: 0 or 1: one, q [B, Hq, D] and no q_indptr (as before).
+  // > 1: q_len each (ragged: n_b uniform in 1..q_len, and with more than one sequence about
+  // one in eight set to 0, at least one row left), q [num_tokens, Hq, D] with q_indptr. A
+  // drawn length shorter than n_b is raised to n_b; an explicit one (seq_lens) cuts n_b.
+  // Each sequence's last query token has the q row the single-token problem would have.
+  int q_len = 0;
+  bool ragged = false;
 };
 
 // A whole problem on the host. `cache` holds K and V (raw element bytes) at element offsets
@@ -95,13 +113,22 @@ struct RandomProblem {
   int64_t page_stride = 0, token_stride = 0, head_stride = 0;  // elements
   int64_t k_offset = 0, v_offset = 0;                          // elements into `cache`
   std::vector<unsigned char> cache;
-  std::vector<uint16_t> q;             // fp16 bits [B, Hq, D]
+  std::vector<uint16_t> q;             // fp16 bits [num_tokens, Hq, D]
   std::vector<int32_t> block_table;    // [B, table_stride], garbage past each sequence's pages
   int64_t table_stride = 0;
   std::vector<int32_t> seq_lens;       // [B]
   float k_scale = 1.0f, v_scale = 1.0f, softmax_scale = 1.0f;
+  // Attention variants and multi-token queries, as RandomProblemOptions drew them.
+  int window = 0;                  // 0: off
+  float logit_softcap = 0.f;       // 0: off
+  std::vector<float> sinks;        // [Hq], or empty: none
+  std::vector<int32_t> q_indptr;   // [B + 1], or empty: one query token per sequence
+  int num_tokens = 0;              // rows of q, out and lse: q_indptr[B], or B
 
   int query_heads() const { return kv_heads * group; }
+  // Sequence b's query tokens: rows [first_row(b), first_row(b) + query_count(b)).
+  int first_row(int b) const { return q_indptr.empty() ? b : q_indptr[b]; }
+  int query_count(int b) const { return q_indptr.empty() ? 1 : q_indptr[b + 1] - q_indptr[b]; }
 
   // Element index, relative to K's (or V's) start, of dim d of token t of sequence b, KV head h.
   int64_t element_index(int b, int t, int h, int d) const {
@@ -154,6 +181,10 @@ struct RandomProblem {
     in.k_scale = k_scale;
     in.v_scale = v_scale;
     in.softmax_scale = softmax_scale;
+    in.window = window;
+    in.logit_softcap = logit_softcap;
+    in.sinks = sinks.empty() ? nullptr : sinks.data();
+    in.q_indptr = q_indptr.empty() ? nullptr : q_indptr.data();
     return in;
   }
 
@@ -201,6 +232,7 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
   if (o.batch < 0 || o.kv_heads < 1 || o.group < 1 || o.head_dim < 1 || o.page_size < 1 ||
       o.stride_align < 1 || o.spare_pages < 0 || o.spare_table_cols < 0 ||
       o.shared_prefix_pages < 0 || o.min_seq_len < 0 || o.min_seq_len > o.max_seq_len ||
+      o.window < 0 || !(o.logit_softcap >= 0 && std::isfinite(o.logit_softcap)) || o.q_len < 0 ||
       (!o.seq_lens.empty() && o.seq_lens.size() != static_cast<size_t>(o.batch)))
     throw std::invalid_argument("vxqa::reference::make_random_problem: bad options");
 
@@ -212,6 +244,13 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
     return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
   };
   auto unit = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };  // [0, 1)
+  // The variants' own stream: drawn from only when they are asked for.
+  std::seed_seq extra_seed{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), 0x76617269u};
+  std::mt19937_64 extra(extra_seed);
+  auto extra_draw = [&extra](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(extra() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  auto extra_unit = [&extra] { return static_cast<double>(extra() >> 11) * 0x1.0p-53; };
 
   RandomProblem p;
   p.batch = o.batch;
@@ -225,11 +264,35 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
   p.softmax_scale = o.softmax_scale != 0.0f
                         ? o.softmax_scale
                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
+  p.window = o.window;
+  p.logit_softcap = o.logit_softcap;
+
+  // Query tokens per sequence (multi-token only), before the lengths that must hold them.
+  const bool multi = o.q_len > 1;
+  std::vector<int> queries(o.batch, 1);
+  if (multi) {
+    for (int b = 0; b < o.batch; ++b) {
+      queries[b] = o.ragged ? static_cast<int>(extra_draw(1, o.q_len)) : o.q_len;
+      if (o.ragged && o.batch > 1 && extra() % 8 == 0) queries[b] = 0;
+    }
+    if (o.batch > 0 && std::all_of(queries.begin(), queries.end(), [](int n) { return n == 0; }))
+      queries[extra_draw(0, o.batch - 1)] = static_cast<int>(extra_draw(1, o.q_len));
+  }
 
   p.seq_lens = o.seq_lens;
   if (p.seq_lens.empty())
-    for (int b = 0; b < o.batch; ++b)
+    for (int b = 0; b < o.batch; ++b) {
       p.seq_lens.push_back(static_cast<int32_t>(draw(o.min_seq_len, o.max_seq_len)));
+      if (multi) p.seq_lens[b] = std::max(p.seq_lens[b], queries[b]);
+    }
+  if (multi) {
+    p.q_indptr.assign(1, 0);
+    for (int b = 0; b < o.batch; ++b) {
+      queries[b] = std::min(queries[b], std::max(p.seq_lens[b], 0));
+      p.q_indptr.push_back(p.q_indptr.back() + queries[b]);
+    }
+  }
+  p.num_tokens = multi ? p.q_indptr.back() : o.batch;
   std::vector<int> pages_of(o.batch);
   int longest = 0;
   for (int b = 0; b < o.batch; ++b) {
@@ -295,11 +358,17 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
       p.block_table[b * p.table_stride + i] =
           i < shared_of[b] ? p.block_table[prefix_of[b] * p.table_stride + i] : order[next++];
 
-  // q ~ N(0, 1) (Box–Muller), K and V ~ uniform [-2, 2], each rounded to its format.
-  p.q.resize(static_cast<size_t>(o.batch) * p.query_heads() * o.head_dim);
+  // q ~ N(0, 1) (Box–Muller), K and V ~ uniform [-2, 2], each rounded to its format. With
+  // several query tokens, these q rows are each sequence's last token's (dropped where it
+  // has none); the others come from the variants' stream below.
+  const size_t q_row = static_cast<size_t>(p.query_heads()) * o.head_dim;
+  p.q.resize(static_cast<size_t>(p.num_tokens) * q_row);
   const double two_pi = 6.283185307179586;
-  for (uint16_t& x : p.q)
-    x = fp16_from_double(std::sqrt(-2.0 * std::log1p(-unit())) * std::cos(two_pi * unit()));
+  for (int b = 0; b < o.batch; ++b)
+    for (size_t e = 0; e < q_row; ++e) {
+      const uint16_t x = fp16_from_double(std::sqrt(-2.0 * std::log1p(-unit())) * std::cos(two_pi * unit()));
+      if (p.query_count(b) > 0) p.q[static_cast<size_t>(p.first_row(b) + p.query_count(b) - 1) * q_row + e] = x;
+    }
   for (int b = 0; b < o.batch; ++b)
     for (int t = shared_of[b] * o.page_size; t < p.seq_lens[b]; ++t)  // shared: written once
       for (int h = 0; h < o.kv_heads; ++h)
@@ -307,6 +376,32 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
           p.set_k(b, t, h, d, 4.0 * unit() - 2.0);
           p.set_v(b, t, h, d, 4.0 * unit() - 2.0);
         }
+
+  // The variants' draws, after everything else: the other query rows, then the sinks.
+  auto normal = [&] { return std::sqrt(-2.0 * std::log1p(-extra_unit())) * std::cos(two_pi * extra_unit()); };
+  if (multi)
+    for (int b = 0; b < o.batch; ++b)
+      for (int i = 0; i + 1 < p.query_count(b); ++i)
+        for (size_t e = 0; e < q_row; ++e)
+          p.q[static_cast<size_t>(p.first_row(b) + i) * q_row + e] = fp16_from_double(normal());
+  if (o.sinks) {
+    // A row's scores: s = softmax_scale · k_scale · q·K, about N(0, σ²) with σ² = (softmax_scale
+    // · k_scale)² · D · 4/3; over n keys the largest is about σ √(2 ln n) and the log-sum-exp
+    // about ln n + σ²/2 (at most the largest + ln n).
+    double keys = 0;
+    for (int b = 0; b < o.batch; ++b)
+      keys += o.window > 0 ? std::min(p.seq_lens[b], o.window) : p.seq_lens[b];
+    keys = std::max(2.0, o.batch > 0 ? keys / o.batch : 0.0);
+    const double sigma = std::fabs(static_cast<double>(p.softmax_scale) * p.k_scale) * std::sqrt(o.head_dim * 4.0 / 3);
+    double max_hat = sigma * std::sqrt(2 * std::log(keys));
+    double lse_hat = std::min(std::log(keys) + sigma * sigma / 2, max_hat + std::log(keys));
+    if (o.logit_softcap > 0) {  // the cap squeezes both
+      max_hat = soft_capped(max_hat, o.logit_softcap);
+      lse_hat = std::min(lse_hat, max_hat + std::log(keys));
+    }
+    for (int hq = 0; hq < p.query_heads(); ++hq)
+      p.sinks.push_back(static_cast<float>(max_hat - 3 + extra_unit() * (lse_hat - max_hat + 6)));
+  }
   return p;
 }
 

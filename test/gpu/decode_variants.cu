@@ -1,0 +1,240 @@
+// Attention variants through the public API, against the float64 reference: the sliding
+// window, the logit soft-cap and attention sinks, each alone and together, under one chunk
+// and many, on both atoms (this file is in both GPU binaries). Windows shorter than a page,
+// longer than the context and cutting mid-page; garbage block-table ids and NaN rows before
+// the window, which must never be read; a plan cut over the window; sinks of a sequence
+// without tokens.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+#include "gpu/decode_harness.cuh"
+
+namespace {
+
+namespace opt = vxqa::opt;
+using vxqa::KvType;
+using vxqa_test::DeviceBuffer;
+using vxqa_test::DeviceProblem;
+using vxqa_test::RandomProblem;
+using vxqa_test::RandomProblemOptions;
+
+// Every flag compiled in, each on or off at run time: the Config a Decoder picks for a model
+// with any variant. Page 16 at compile time takes the SM80 body's one-page path (16-aligned
+// tiles whose rows below the window are masked and zeroed); the run-time page size of the
+// others takes it or the per-lane path by the page.
+using AllD128 = vxqa::DecodeConfig<128, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>;
+using AllD64Fp16Page16 =
+    vxqa::DecodeConfig<64, KvType::kFp16, opt::PageSize<16>, opt::Variant<vxqa::kAllVariantFlags>>;
+// The window alone, on the seed shape's Config.
+using WindowD256 = vxqa::DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>;
+
+struct VariantRun {
+  int window = 0;
+  float softcap = 0.f;
+  bool sinks = false;
+};
+
+int longest(const RandomProblem& p) { return std::max(1, *std::max_element(p.seq_lens.begin(), p.seq_lens.end())); }
+
+// Runs `p` (its variant values as the problem drew them) under a plan of `chunk_tokens`
+// (0: the device's choice) and `max_window`, and checks it against the reference.
+template <class Config>
+double variant_matches_reference(const RandomProblem& p, int chunk_tokens, int max_window = 0) {
+  const DeviceProblem d(p);
+  DeviceBuffer<float> sinks(p.sinks.size());
+  if (!p.sinks.empty()) sinks.upload(p.sinks);
+  vxqa::DecodePlan plan;
+  const vxqa::Status made = vxqa::make_decode_plan<Config>(p.batch, longest(p), p.kv_heads, p.group,
+                                                          vxqa_test::sm_count(), &plan, chunk_tokens, 4, 1, max_window);
+  INFO(made.message());
+  REQUIRE(made.ok());
+  vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.sliding_window = p.window;
+  params.logit_softcap = p.logit_softcap;
+  params.sinks = p.sinks.empty() ? nullptr : sinks.get();
+  INFO("D " << p.head_dim << " G " << p.group << " page " << p.page_size << " window " << p.window << " cap "
+            << p.logit_softcap << " sinks " << !p.sinks.empty() << " chunk " << plan.chunk_tokens << " chunks "
+            << plan.num_chunks);
+  return vxqa_test::check_against_reference(p, vxqa_test::run_params<Config>(params, plan, p.batch));
+}
+
+template <class Config>
+RandomProblemOptions variant_options(const VariantRun& v, int page, std::vector<int32_t> lens) {
+  RandomProblemOptions o = vxqa_test::aligned_options<Config>();
+  o.kv_heads = 2;
+  o.group = 5;
+  o.page_size = page;
+  o.seq_lens = std::move(lens);
+  o.batch = int(o.seq_lens.size());
+  o.window = v.window;
+  o.logit_softcap = v.softcap;
+  o.sinks = v.sinks;
+  o.k_scale = 0.75f;
+  o.v_scale = 1.25f;
+  return o;
+}
+
+// Each variant alone and together, under one chunk and under chunks of one SM80 round.
+template <class Config>
+void every_combination(uint64_t seed) {
+  const std::vector<VariantRun> runs = {{0, 0.f, false}, {37, 0.f, false},  {0, 20.f, false}, {0, 0.f, true},
+                                        {37, 20.f, true}, {100, 0.f, true}, {5, 30.f, false}};
+  for (const VariantRun& v : runs) {
+    for (int chunk : {0, Config::kChunkMultiple}) {
+      const RandomProblemOptions o = variant_options<Config>(v, 16, {1, 5, 36, 37, 38, 100, 333, 1025});
+      variant_matches_reference<Config>(vxqa::reference::make_random_problem(o, seed++), chunk);
+    }
+  }
+}
+
+// Windows shorter than a page, of one key, cutting mid-page, and longer than the context,
+// on page sizes that take either SM80 path.
+template <class Config>
+void window_edges(uint64_t seed) {
+  for (int page : {16, 7, 32}) {
+    for (int window : {1, 5, 16, 17, 37, 64, 1000, 1 << 20}) {
+      for (int chunk : {0, Config::kChunkMultiple}) {
+        const RandomProblemOptions o =
+            variant_options<Config>({window, 0.f, false}, page, {1, 2, 15, 16, 17, 63, 64, 65, 300, 777});
+        variant_matches_reference<Config>(vxqa::reference::make_random_problem(o, seed++), chunk);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every combination of window, soft-cap and sinks matches the reference", "[decode_variants]") {
+  every_combination<AllD128>(12000);
+  every_combination<AllD64Fp16Page16>(12100);
+}
+
+
+TEST_CASE("sliding windows at every edge match the reference", "[decode_variants]") {
+  window_edges<AllD128>(12200);
+  window_edges<WindowD256>(12400);
+}
+
+namespace {
+
+// Pages wholly before the window get block-table ids outside the pool, and the window's
+// first page NaN in its rows before the window, in K and V: nothing of them may be read
+// (no error bit) or reach the output.
+template <class Config>
+void nothing_before_the_window_is_read(int page, uint64_t seed) {
+  for (int chunk : {0, Config::kChunkMultiple}) {
+    const int window = 3 * page + 5;
+    RandomProblemOptions o = variant_options<Config>({window, 0.f, false}, page, {1000, 10 * page + 3, 777});
+    RandomProblem p = vxqa::reference::make_random_problem(o, seed++);
+    const uint32_t nan_code = p.format == vxqa::reference::KvFormat::kE5M2 ? 0x7Fu : 0x7E00u;
+    for (int b = 0; b < p.batch; ++b) {
+      const int first = std::max(0, p.seq_lens[b] - window);
+      for (int t = first / page * page; t < first; ++t)  // the window's first page, before it
+        for (int h = 0; h < p.kv_heads; ++h)
+          for (int dim = 0; dim < p.head_dim; ++dim) {
+            p.store(p.k_offset + p.element_index(b, t, h, dim), nan_code);
+            p.store(p.v_offset + p.element_index(b, t, h, dim), nan_code);
+          }
+      for (int page_index = 0; page_index < first / page; ++page_index)
+        p.block_table[b * p.table_stride + page_index] = page_index % 2 ? -7 : p.num_pages + page_index;
+    }
+    variant_matches_reference<Config>(p, chunk);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("nothing before the window is read: bad page ids and NaN rows there change nothing",
+          "[decode_variants]") {
+  nothing_before_the_window_is_read<AllD128>(16, 12600);
+  nothing_before_the_window_is_read<AllD128>(12, 12610);
+  nothing_before_the_window_is_read<AllD64Fp16Page16>(16, 12620);
+  nothing_before_the_window_is_read<WindowD256>(32, 12630);
+}
+
+// A plan for windows of at most max_window keys cuts its chunks over the window: fewer
+// chunks than the context needs, and the same answers.
+TEST_CASE("a plan cut over the window gives the window's answers", "[decode_variants]") {
+  uint64_t seed = 12700;
+  for (int window : {1, 100, 512, 4096}) {
+    const RandomProblemOptions o =
+        variant_options<AllD128>({window, 0.f, true}, 16, {window, window + 1, 3 * window + 17, 5000, 20});
+    const RandomProblem p = vxqa::reference::make_random_problem(o, seed++);
+    vxqa::DecodePlan whole, windowed;
+    REQUIRE(vxqa::make_decode_plan<AllD128>(p.batch, 5000, 2, 5, vxqa_test::sm_count(), &whole, 64).ok());
+    REQUIRE(vxqa::make_decode_plan<AllD128>(p.batch, 5000, 2, 5, vxqa_test::sm_count(), &windowed, 64, 4, 1, window)
+                .ok());
+    INFO("window " << window << ": " << windowed.num_chunks << " chunks against " << whole.num_chunks);
+    CHECK(windowed.num_chunks == (std::min(5000, window + 15) + 63) / 64);
+    CHECK(windowed.num_chunks <= whole.num_chunks);
+    variant_matches_reference<AllD128>(p, 64, window);
+  }
+}
+
+namespace {
+
+// A sequence without tokens gives O = 0 and LSE = its sink (the sink alone is the
+// denominator), to fp32 rounding; under one chunk and many.
+template <class Config>
+void sinks_without_tokens(uint64_t seed) {
+  for (int chunk : {0, Config::kChunkMultiple}) {
+    RandomProblemOptions o = variant_options<Config>({0, 0.f, true}, 16, {0, 50, 0, 300});
+    const RandomProblem p = vxqa::reference::make_random_problem(o, seed++);
+    const DeviceProblem d(p);
+    DeviceBuffer<float> sinks(p.sinks.size());
+    sinks.upload(p.sinks);
+    vxqa::DecodePlan plan;
+    REQUIRE(vxqa::make_decode_plan<Config>(p.batch, 300, p.kv_heads, p.group, vxqa_test::sm_count(), &plan, chunk)
+                .ok());
+    vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
+    params.sinks = sinks.get();
+    const vxqa_test::DecodeResult r = vxqa_test::run_params<Config>(params, plan, p.batch);
+    CHECK(r.errors == 0u);
+    const int hq = p.query_heads();
+    for (int b : {0, 2})
+      for (int h = 0; h < hq; ++h) {
+        INFO("seq " << b << " head " << h << " chunks " << plan.num_chunks);
+        // The kernels take the sink to base 2 and back: a few fp32 roundings.
+        CHECK(std::fabs(r.lse[b * hq + h] - p.sinks[h]) <= 0x1p-20 * std::max(1.f, std::fabs(p.sinks[h])));
+        for (int dim = 0; dim < p.head_dim; ++dim) CHECK(r.out[(size_t(b) * hq + h) * p.head_dim + dim] == 0);
+      }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sinks of a sequence without tokens: O = 0, LSE = the sink", "[decode_variants]") {
+  sinks_without_tokens<AllD128>(12800);
+  sinks_without_tokens<AllD64Fp16Page16>(12810);
+}
+
+// Values a Config cannot take are named errors, before any launch.
+TEST_CASE("variant values a Config does not have are refused", "[decode_variants]") {
+  using Plain = vxqa::DecodeConfig<128, KvType::kE5M2>;
+  const RandomProblem p = vxqa::reference::make_random_problem(vxqa_test::aligned_options<Plain>(), 12900);
+  const DeviceProblem d(p);
+  DeviceBuffer<float> sinks(p.query_heads());
+  vxqa::DecodePlan plan;
+  REQUIRE(vxqa::make_decode_plan<Plain>(p.batch, longest(p), p.kv_heads, p.group, 80, &plan).ok());
+  DeviceBuffer<unsigned char> ws(plan.workspace_bytes);
+  DeviceBuffer<uint16_t> out(size_t(p.batch) * p.query_heads() * p.head_dim);
+  auto refused = [&](vxqa::DecodeParams params) {
+    params.out = out.get();
+    return vxqa::decode<Plain>(params, plan, ws.get(), plan.workspace_bytes, 0).field();
+  };
+  vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.sliding_window = 8;
+  CHECK(refused(params) == "sliding_window");
+  params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.logit_softcap = 30.f;
+  CHECK(refused(params) == "logit_softcap");
+  params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.sinks = sinks.get();
+  CHECK(refused(params) == "sinks");
+  vxqa::DecodePlan windowed;
+  CHECK(vxqa::make_decode_plan<Plain>(p.batch, 100, p.kv_heads, p.group, 80, &windowed, 0, 4, 1, 64).field() ==
+        "max_window");
+}
+
