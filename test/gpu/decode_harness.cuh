@@ -37,18 +37,21 @@ struct DeviceProblem {
   DeviceBuffer<uint16_t> q;
   DeviceBuffer<int32_t> table;
   DeviceBuffer<int32_t> lens;
+  DeviceBuffer<float> sinks;  // empty without
   explicit DeviceProblem(const RandomProblem& p)
-      : cache(p.cache.size()), q(p.q.size()), table(p.block_table.size()), lens(p.seq_lens.size()) {
+      : cache(p.cache.size()), q(p.q.size()), table(p.block_table.size()), lens(p.seq_lens.size()),
+        sinks(p.sinks.size()) {
     cache.upload(p.cache);
     q.upload(p.q);
     table.upload(p.block_table);
     lens.upload(p.seq_lens);
+    if (!p.sinks.empty()) sinks.upload(p.sinks);
   }
 };
 
 inline vxqa::DecodeParams make_params(const RandomProblem& p, const DeviceProblem& d, void* out,
                                float* lse) {
-  return vxqa::problem_params(p, {d.cache.get(), d.q.get(), d.table.get(), d.lens.get(), out, lse});
+  return vxqa::problem_params(p, {d.cache.get(), d.q.get(), d.table.get(), d.lens.get(), out, lse, d.sinks.get()});
 }
 
 inline int sm_count() {

@@ -43,17 +43,12 @@ int longest(const RandomProblem& p) { return std::max(1, *std::max_element(p.seq
 template <class Config>
 double variant_matches_reference(const RandomProblem& p, int chunk_tokens, int max_window = 0) {
   const DeviceProblem d(p);
-  DeviceBuffer<float> sinks(p.sinks.size());
-  if (!p.sinks.empty()) sinks.upload(p.sinks);
   vxqa::DecodePlan plan;
   const vxqa::Status made = vxqa::make_decode_plan<Config>(p.batch, longest(p), p.kv_heads, p.group,
                                                           vxqa_test::sm_count(), &plan, chunk_tokens, 4, 1, max_window);
   INFO(made.message());
   REQUIRE(made.ok());
-  vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
-  params.sliding_window = p.window;
-  params.logit_softcap = p.logit_softcap;
-  params.sinks = p.sinks.empty() ? nullptr : sinks.get();
+  const vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);  // with the variant
   INFO("D " << p.head_dim << " G " << p.group << " page " << p.page_size << " window " << p.window << " cap "
             << p.logit_softcap << " sinks " << !p.sinks.empty() << " chunk " << plan.chunk_tokens << " chunks "
             << plan.num_chunks);
@@ -183,13 +178,10 @@ void sinks_without_tokens(uint64_t seed) {
     RandomProblemOptions o = variant_options<Config>({0, 0.f, true}, 16, {0, 50, 0, 300});
     const RandomProblem p = vxqa::reference::make_random_problem(o, seed++);
     const DeviceProblem d(p);
-    DeviceBuffer<float> sinks(p.sinks.size());
-    sinks.upload(p.sinks);
     vxqa::DecodePlan plan;
     REQUIRE(vxqa::make_decode_plan<Config>(p.batch, 300, p.kv_heads, p.group, vxqa_test::sm_count(), &plan, chunk)
                 .ok());
-    vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
-    params.sinks = sinks.get();
+    const vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
     const vxqa_test::DecodeResult r = vxqa_test::run_params<Config>(params, plan, p.batch);
     CHECK(r.errors == 0u);
     const int hq = p.query_heads();

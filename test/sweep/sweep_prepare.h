@@ -167,15 +167,12 @@ inline vxqa::DecodeParams case_params(const PreparedCase& c, const CaseBuffers& 
   const IoLayout& io = c.spec.io;
   vxqa::DecodeParams params = vxqa::problem_params(
       c.problem, {d.cache, static_cast<const uint16_t*>(d.q) + io.q_offset, d.block_table, d.seq_lens,
-                  static_cast<uint16_t*>(d.out) + io.out_offset, d.lse});
+                  static_cast<uint16_t*>(d.out) + io.out_offset, d.lse, d.sinks});
   params.qo_type = qo;
   params.q_head_stride = io.q_head_stride;
   params.q_batch_stride = io.q_batch_stride;
   params.out_head_stride = io.out_head_stride;
   params.out_batch_stride = io.out_batch_stride;
-  params.sliding_window = c.problem.window;
-  params.logit_softcap = c.problem.logit_softcap;
-  params.sinks = c.problem.sinks.empty() ? nullptr : d.sinks;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if (c.spec.k_scale_on_device) params.k_scale_ptr = d.scales, params.k_scale = nan;
   if (c.spec.v_scale_on_device) params.v_scale_ptr = d.scales + 1, params.v_scale = nan;

@@ -4,6 +4,7 @@
 // problem onto the public API.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <vxqa/api/params.cuh>
 #include <vxqa/testing/random_problem.h>
 
@@ -16,9 +17,16 @@ struct DeviceProblemBuffers {
   const int32_t* seq_lens = nullptr;     // copy of RandomProblem::seq_lens
   void* out = nullptr;                   // fp16 [batch, Hq, D], contiguous
   float* lse = nullptr;                  // optional fp32 [batch, Hq]
+  const float* sinks = nullptr;          // copy of RandomProblem::sinks, when it has them
 };
 
+// The problem's variant (window, soft-cap, sinks) comes along; a multi-token problem
+// (q_indptr) has no DecodeParams and is refused.
 inline DecodeParams problem_params(const reference::RandomProblem& p, const DeviceProblemBuffers& d) {
+  if (!p.q_indptr.empty())
+    throw std::invalid_argument("vxqa::problem_params: a multi-token problem (q_indptr) has no DecodeParams");
+  if (!p.sinks.empty() && !d.sinks)
+    throw std::invalid_argument("vxqa::problem_params: the problem has sinks: give their device copy");
   const int64_t element_bytes = reference::element_bytes(p.format);
   const int64_t head_elems = p.head_dim, seq_elems = int64_t(p.query_heads()) * p.head_dim;
   DecodeParams params;
@@ -48,6 +56,9 @@ inline DecodeParams problem_params(const reference::RandomProblem& p, const Devi
   params.k_scale = p.k_scale;
   params.v_scale = p.v_scale;
   params.softmax_scale = p.softmax_scale;
+  params.sliding_window = p.window;
+  params.logit_softcap = p.logit_softcap;
+  params.sinks = p.sinks.empty() ? nullptr : d.sinks;
   return params;
 }
 
