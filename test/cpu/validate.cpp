@@ -644,3 +644,99 @@ static_assert(DecodeConfig<128, KvType::kE5M2>::kWarps == 4 && DecodeConfig<128,
 static_assert(DecodeConfig<128, KvType::kE5M2, opt::Variant<kSlidingWindow | kAttentionSinks>>::Variant::kSinks &&
                   !DecodeConfig<128, KvType::kE5M2, opt::Variant<kSlidingWindow>>::Variant::kSinks,
               "the variant's flags");
+static_assert(DecodeConfig<128, KvType::kE5M2>::kMaxQueryLen == 1 && !DecodeConfig<128, KvType::kE5M2>::kMultiToken &&
+                  DecodeConfig<128, KvType::kE5M2, opt::MaxQueryLen<16>>::kMultiToken,
+              "the query length option");
+
+// Multi-token queries: q_indptr and max_q_len against the Config and the plan, each named.
+TEST_CASE("validate: query tokens a sequence, against the Config and the plan", "[validate]") {
+  using Plain = DecodeConfig<128, KvType::kE5M2>;
+  using Multi = DecodeConfig<128, KvType::kE5M2, opt::MaxQueryLen<8>>;
+  const int32_t* indptr = fake<const int32_t>(0x7f0000070000);
+  DecodePlan plan;
+  CHECK(make_decode_plan<Plain>(8, 4096, 2, 6, 80, &plan, 0, 4, 1, 0, 2).field() == "max_q_len");
+  CHECK(make_decode_plan<Multi>(8, 4096, 2, 6, 80, &plan, 0, 4, 1, 0, 9).field() == "max_q_len");
+  CHECK(make_decode_plan<Multi>(8, 4096, 2, 6, 80, &plan, 0, 4, 1, 0, 0).field() == "max_q_len");
+  CHECK(make_decode_plan<Multi>(9000, 4096, 2, 6, 80, &plan, 0, 4, 1, 0, 8).field() == "max_q_len");  // grid y
+  REQUIRE(make_decode_plan<Multi>(8, 4096, 2, 6, 80, &plan, 64, 4, 1, 0, 4).ok());
+  CHECK(plan.max_q_len == 4);
+  // Partials for 8 sequences x 4 tokens: four times the rows of a one-token plan.
+  CHECK(plan.workspace_bytes == plan_workspace_bytes(32, 12, plan.num_chunks, 128));
+
+  Step s = valid_step<Multi>();
+  s.plan = plan;
+  s.workspace_bytes = plan.workspace_bytes;
+  CHECK(run<Multi>(s).ok());  // one token a sequence, without q_indptr
+  s.params.q_indptr = indptr;
+  s.params.max_q_len = 4;
+  CHECK(run<Multi>(s).ok());
+  s.params.max_q_len = 5;  // more than the plan's
+  CHECK(run<Multi>(s).field() == "max_q_len");
+  s.params.max_q_len = 0;
+  CHECK(run<Multi>(s).field() == "max_q_len");
+  s.params.max_q_len = 4;
+  s.params.q_indptr = nudge(indptr, 2);
+  CHECK(run<Multi>(s).field() == "q_indptr");
+  s.params.q_indptr = nullptr;  // several tokens need their rows
+  CHECK(run<Multi>(s).field() == "q_indptr");
+  s.params.q_indptr = indptr;
+  s.params.q_batch_stride = 4;  // rows of 16-byte q: breaks with several rows
+  CHECK(run<Multi>(s).field() == "q_batch_stride");
+
+  Step plain = valid_step<Plain>();
+  plain.params.q_indptr = indptr;  // the Config takes one token a sequence
+  CHECK(run<Plain>(plain).field() == "q_indptr");
+  plain.params.q_indptr = nullptr;
+  plain.params.max_q_len = 2;
+  CHECK(run<Plain>(plain).field() == "max_q_len");
+  plain.params.max_q_len = 1;
+  plain.plan.max_q_len = 2;  // a plan the Config cannot take
+  CHECK(run<Plain>(plain).field() == "plan.max_q_len");
+}
+
+// How a KV head's rows (G · q_len) are cut into CTAs: the SM80 body of a multi-token Config
+// shares each K/V tile between the fewest warps (a divisor of the Config's) whose 8-row tiles
+// hold them all, up to 8 · Warps rows a CTA; else 8 rows a CTA.
+TEST_CASE("row_tiling: warps sharing a tile, rows a CTA, CTAs a KV head", "[config]") {
+  using Plain = DecodeConfig<128, KvType::kE5M2, opt::Warps<8>>;
+  using Multi8 = DecodeConfig<128, KvType::kE5M2, opt::Warps<8>, opt::MaxQueryLen<16>>;
+  using Multi6 = DecodeConfig<128, KvType::kE5M2, opt::Warps<6>, opt::MaxQueryLen<16>>;
+  auto tiling = [](RowTiling t) { return std::vector<int>{t.row_warps, t.rows_per_cta, t.m_tiles}; };
+  CHECK(tiling(row_tiling<Plain>(12, 1, true)) == std::vector<int>{1, 8, 2});
+  CHECK(tiling(row_tiling<Multi8>(12, 1, false)) == std::vector<int>{1, 8, 2});  // the SM70 body
+  CHECK(tiling(row_tiling<Multi8>(12, 4, false)) == std::vector<int>{1, 8, 6});
+  CHECK(tiling(row_tiling<Multi8>(1, 1, true)) == std::vector<int>{1, 8, 1});
+  CHECK(tiling(row_tiling<Multi8>(12, 1, true)) == std::vector<int>{2, 16, 1});
+  CHECK(tiling(row_tiling<Multi8>(6, 4, true)) == std::vector<int>{4, 32, 1});
+  CHECK(tiling(row_tiling<Multi8>(8, 8, true)) == std::vector<int>{8, 64, 1});
+  CHECK(tiling(row_tiling<Multi8>(8, 16, true)) == std::vector<int>{8, 64, 2});
+  CHECK(tiling(row_tiling<Multi8>(5, 13, true)) == std::vector<int>{8, 64, 2});
+  CHECK(tiling(row_tiling<Multi6>(4, 3, true)) == std::vector<int>{2, 16, 1});
+  CHECK(tiling(row_tiling<Multi6>(4, 5, true)) == std::vector<int>{3, 24, 1});  // 6's divisors: 1, 2, 3, 6
+  CHECK(tiling(row_tiling<Multi6>(4, 7, true)) == std::vector<int>{6, 48, 1});
+  for (int group = 1; group <= 16; ++group)
+    for (int q_len = 1; q_len <= 16; ++q_len) {
+      const RowTiling t = row_tiling<Multi6>(group, q_len, true);
+      INFO("G " << group << " q_len " << q_len);
+      CHECK(6 % t.row_warps == 0);
+      CHECK(int64_t(t.m_tiles) * t.rows_per_cta >= group * q_len);
+      CHECK(int64_t(t.m_tiles - 1) * t.rows_per_cta < group * q_len);
+    }
+}
+
+// A multi-token plan's chunks cover the first token's window too: max_q_len - 1 more keys.
+TEST_CASE("a plan for windows and several query tokens covers the first token's window", "[validate]") {
+  CHECK(plan_span(4096, 100, 1) == plan_span(4096, 100));
+  CHECK(plan_span(4096, 100, 16) == 100 + 15 + kWindowChunkAlign - 1);
+  CHECK(plan_span(120, 100, 16) == 120);
+  using All = DecodeConfig<128, KvType::kE5M2, opt::Variant<kAllVariantFlags>, opt::MaxQueryLen<16>>;
+  DecodePlan plan;
+  REQUIRE(make_decode_plan<All>(8, 4096, 2, 6, 80, &plan, 64, 4, 1, 100, 16).ok());
+  CHECK(plan.num_chunks == (100 + 15 + 15 + 63) / 64);
+  Step s = valid_step<All>();
+  s.plan = plan;
+  s.workspace_bytes = plan.workspace_bytes;
+  CHECK(run<All>(s).field() == "sliding_window");  // the plan is for windows
+  s.params.sliding_window = 100;
+  CHECK(run<All>(s).ok());
+}

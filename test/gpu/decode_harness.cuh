@@ -37,21 +37,24 @@ struct DeviceProblem {
   DeviceBuffer<uint16_t> q;
   DeviceBuffer<int32_t> table;
   DeviceBuffer<int32_t> lens;
-  DeviceBuffer<float> sinks;  // empty without
+  DeviceBuffer<float> sinks;        // empty without
+  DeviceBuffer<int32_t> q_indptr;   // empty with one query token a sequence
   explicit DeviceProblem(const RandomProblem& p)
       : cache(p.cache.size()), q(p.q.size()), table(p.block_table.size()), lens(p.seq_lens.size()),
-        sinks(p.sinks.size()) {
+        sinks(p.sinks.size()), q_indptr(p.q_indptr.size()) {
     cache.upload(p.cache);
     q.upload(p.q);
     table.upload(p.block_table);
     lens.upload(p.seq_lens);
     if (!p.sinks.empty()) sinks.upload(p.sinks);
+    if (!p.q_indptr.empty()) q_indptr.upload(p.q_indptr);
   }
 };
 
 inline vxqa::DecodeParams make_params(const RandomProblem& p, const DeviceProblem& d, void* out,
                                float* lse) {
-  return vxqa::problem_params(p, {d.cache.get(), d.q.get(), d.table.get(), d.lens.get(), out, lse, d.sinks.get()});
+  return vxqa::problem_params(
+      p, {d.cache.get(), d.q.get(), d.table.get(), d.lens.get(), out, lse, d.sinks.get(), d.q_indptr.get()});
 }
 
 inline int sm_count() {
@@ -75,7 +78,7 @@ vxqa::DecodePlan plan_for(const RandomProblem& p, int max_context, int chunk_tok
 }
 
 // One eager decode of `params` (its out / lse are set here) into fresh buffers sized for
-// `batch` sequences. With `workspace` null a fresh one is used, filled with 0xFF (a
+// `batch` rows (sequences, or with q_indptr query tokens). With `workspace` null a fresh one is used, filled with 0xFF (a
 // workspace's bytes are garbage before its first decode: nothing may depend on them).
 template <class Config>
 DecodeResult run_params(vxqa::DecodeParams params, const vxqa::DecodePlan& plan, int batch,
@@ -106,7 +109,7 @@ DecodeResult run_params(vxqa::DecodeParams params, const vxqa::DecodePlan& plan,
 // One eager decode of a problem: poisons out and lse, launches, checks every CUDA call.
 template <class Config>
 DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vxqa::DecodePlan& plan) {
-  return run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.batch);
+  return run_params<Config>(make_params(p, d, nullptr, nullptr), plan, p.num_tokens);
 }
 
 // Compares with the float64 reference (every sequence as given, no error bits expected),

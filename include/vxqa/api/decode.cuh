@@ -37,9 +37,11 @@
 
 namespace vxqa {
 
-// The kernels' view of one step (no checks: decode() validates first).
+// The kernels' view of one step (no checks: decode() validates first). sm80_body: the SM80
+// body runs it (decode_smem_bytes), whose warps may share rows' K/V tiles (row_tiling).
 template <class Config>
-DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan, void* workspace) {
+DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan, void* workspace,
+                                  bool sm80_body = false) {
   DecodeKernelArgs a{};
   a.q = p.q;
   a.q_batch_stride = p.q_batch_stride;
@@ -58,7 +60,12 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.batch = p.batch;
   a.num_kv_heads = p.num_kv_heads;
   a.group_size = p.group_size;
-  a.m_tiles = (p.group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
+  const RowTiling rows = row_tiling<Config>(p.group_size, p.max_q_len, sm80_body);
+  a.m_tiles = rows.m_tiles;
+  a.q_indptr = p.q_indptr;
+  a.max_q_len = p.max_q_len;
+  a.row_warps = rows.row_warps;
+  a.rows_per_cta = rows.rows_per_cta;
   a.max_context = plan.max_context;
   a.chunk_tokens = plan.chunk_tokens;
   a.num_chunks = plan.num_chunks;
@@ -68,7 +75,7 @@ DecodeKernelArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan,
   a.v_scale_ptr = p.v_scale_ptr;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const WorkspaceLayout w =
-      workspace_layout(plan.max_batch, p.num_kv_heads * p.group_size, plan.num_chunks, Config::kHeadDim);
+      workspace_layout(plan.max_batch * plan.max_q_len, p.num_kv_heads * p.group_size, plan.num_chunks, Config::kHeadDim);
   a.errors = reinterpret_cast<uint32_t*>(ws);
   a.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
   a.chunk_errors = plan.num_chunks > 1 ? reinterpret_cast<uint32_t*>(ws + w.chunk_errors) : nullptr;
@@ -157,7 +164,7 @@ inline constexpr int kSm80MinChunkRounds = 2;
 
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size, DecodePlan* plan,
-                        int max_window = 0) {
+                        int max_window = 0, int max_q_len = 1) {
   int device = 0, sms = 0, smem = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -168,32 +175,36 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   const Status opt_in = apply_smem_opt_in<Config>(smem);  // the occupancy query counts it
   if (!opt_in.ok()) return opt_in;
   if (!sm80_body)  // the SM70 body: its plan asks for 4 CTAs per SM (docs/performance.md)
-    return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, 4, 1, max_window);
+    return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, 4, 1, max_window,
+                                    max_q_len);
   int resident = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_kernel<Config>, Config::kThreads, smem);
   if (err != cudaSuccess) return Status::cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", cudaGetErrorString(err));
   resident = resident < 1 ? 1 : resident > kSm80PlanCtasPerSm ? kSm80PlanCtasPerSm : resident;
   // Bad inputs get the plan's own error before any arithmetic on them.
-  const Status valid =
-      make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0, resident, 1, max_window);
+  const Status valid = make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, 0,
+                                                resident, 1, max_window, max_q_len, true);
   if (!valid.ok()) return valid;
-  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  const int chunk = choose_sm80_chunk_tokens(max_batch, plan_span(max_context, max_window), num_kv_heads * m_tiles,
-                                             Config::kSm80CtaTokens, sms, resident, kSm80MinChunkRounds);
+  const int m_tiles = row_tiling<Config>(group_size, max_q_len, true).m_tiles;
+  const int chunk =
+      choose_sm80_chunk_tokens(max_batch, plan_span(max_context, max_window, max_q_len), num_kv_heads * m_tiles,
+                               Config::kSm80CtaTokens, sms, resident, kSm80MinChunkRounds);
   return make_decode_plan<Config>(max_batch, max_context, num_kv_heads, group_size, sms, plan, chunk, resident, 1,
-                                  max_window);
+                                  max_window, max_q_len, true);
 }
 
-// The combine kernel of a split plan's steps and its grid: (query heads, max_batch, slices
-// of combine_slice_dims(num_chunks) dims).
+// The combine kernel of a split plan's steps and its grid: (query heads, max_batch x
+// max_q_len (sequence, query token), slices of combine_slice_dims(num_chunks) dims).
 template <class Config>
 const void* combine_kernel_for(const DecodePlan& plan, int q_heads, dim3* grid) {
   constexpr int kD = Config::kHeadDim;
   const bool narrow = combine_slice_dims(plan.num_chunks) == 16;
-  *grid = dim3(q_heads, plan.max_batch, narrow ? CombineShape<kD, 16>::kSlices : CombineShape<kD, 64>::kSlices);
+  *grid = dim3(q_heads, plan.max_batch * plan.max_q_len,
+               narrow ? CombineShape<kD, 16>::kSlices : CombineShape<kD, 64>::kSlices);
   using Variant = typename Config::Variant;
-  return narrow ? reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 16, Variant>)
-                : reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 64, Variant>);
+  constexpr bool kMulti = Config::kMultiToken;
+  return narrow ? reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 16, Variant, kMulti>)
+                : reinterpret_cast<const void*>(&combine_kernel<kD, Config::kQo, 64, Variant, kMulti>);
 }
 
 template <class Config>
@@ -201,12 +212,12 @@ Status decode(const DecodeParams& params, const DecodePlan& plan, void* workspac
               size_t workspace_bytes, cudaStream_t stream) {
   const Status status = validate<Config>(params, plan, workspace, workspace_bytes);
   if (!status.ok() || params.batch == 0) return status;  // batch 0: nothing to do
-  const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace);
-
   int smem_bytes = 0;
   bool pdl = false;  // the kernels' code waits for its predecessor (sm_90 code)
-  const Status body = decode_smem_bytes<Config>(&smem_bytes, nullptr, &pdl);
+  bool sm80_body = false;
+  const Status body = decode_smem_bytes<Config>(&smem_bytes, &sm80_body, &pdl);
   if (!body.ok()) return body;
+  const DecodeKernelArgs args = make_decode_args<Config>(params, plan, workspace, sm80_body);
   const Status opt_in = apply_smem_opt_in<Config>(smem_bytes);
   if (!opt_in.ok()) return opt_in;
   const bool split = plan.num_chunks > 1;

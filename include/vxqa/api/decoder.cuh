@@ -8,11 +8,14 @@
 //   s = decoder.decode(params, stream);      // every step (capturable in a CUDA graph)
 //
 // Choice: among the Configs of the list with the shape's head dim, cache type and q/out
-// type whose variant has every flag the shape asks for (DecoderShape::variant), those with
-// the fewest flags (none asked: a plain Config); of those the first whose compile-time
-// page size equals the shape's, else the first with a run-time page size (0). None: init
-// fails naming the field. Every Config of the list is instantiated (its
-// kernels compiled) where a Decoder<List> is used, so a short list builds faster.
+// type whose variant has every flag the shape asks for (DecoderShape::variant) and whose
+// opt::MaxQueryLen takes the shape's max_q_len: where a KV head has more than 8 rows
+// (G · max_q_len) multi-token ones (their warps share the KV across the rows: row_tiling),
+// else ones of one query token, if the list has any; of those the ones with the fewest flags
+// (none asked: a plain Config); of those the first whose compile-time page size equals the
+// shape's, else the first with a run-time page size (0). None: init fails naming the field.
+// Every Config of the list is instantiated (its kernels compiled) where a Decoder<List> is
+// used, so a short list builds faster.
 #pragma once
 #include <cuda_runtime.h>
 #include <string>
@@ -28,7 +31,9 @@ struct ConfigList {};
 // 16 at compile time for E5M2 (vLLM's default) and any other page size at run time.
 // Each head dim and cache also has a Config with every variant flag (any page size at run
 // time), which serves a shape asking for any variant; flags it has that a step does not
-// use are off at run time.
+// use are off at run time. And one with every flag and up to 16 query tokens a sequence,
+// 8 warps (64 rows a CTA; 4 for D 256 fp16, whose stages take twice the bytes), which
+// serves multi-token steps and groups of more than 8 heads.
 template <ActType Qo>
 using DefaultDecoderConfigsFor =
     ConfigList<DecodeConfig<64, KvType::kE5M2, opt::PageSize<16>, opt::QoType<Qo>>,
@@ -43,7 +48,19 @@ using DefaultDecoderConfigsFor =
                DecodeConfig<256, KvType::kE5M2, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
                DecodeConfig<64, KvType::kFp16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
                DecodeConfig<128, KvType::kFp16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
-               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>>;
+               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<128, KvType::kE5M2, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<256, KvType::kE5M2, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<64, KvType::kFp16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<128, KvType::kFp16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<256, KvType::kFp16, opt::Warps<4>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>>;
 
 template <class... Lists>
 struct ConcatConfigLists;
@@ -71,6 +88,9 @@ struct DecoderShape {
   // context; > 0: chunks over the window: make_decode_plan's max_window).
   unsigned variant = 0u;
   int max_window = 0;
+  // The most query tokens a sequence has in a step (DecodeParams::max_q_len; > 1 needs a
+  // Config with opt::MaxQueryLen).
+  int max_q_len = 1;
 };
 
 template <class List = DefaultDecoderConfigs>
@@ -105,8 +125,8 @@ class Decoder<ConfigList<Configs...>> {
     if (shape.max_window < 0) return Status::invalid("max_window", "must be >= 0");
     if (shape.max_window > 0 && !(shape.variant & kSlidingWindow))
       return Status::invalid("max_window", "is set, but the shape's variant has no kSlidingWindow");
-    int index = find(shape, true);
-    if (index < 0) index = find(shape, false);
+    if (shape.max_q_len < 1) return Status::invalid("max_q_len", "must be >= 1");
+    const int index = find(shape);
     if (index < 0)
       return Status::invalid("head_dim", "no Config of the Decoder's list takes head dim " +
                                              std::to_string(shape.head_dim) + " with a " +
@@ -114,7 +134,10 @@ class Decoder<ConfigList<Configs...>> {
                                              " cache, " + act_type_name(shape.qo_type) +
                                              " q/out and page size " + std::to_string(shape.page_size) +
                                              (shape.variant ? " with variant flags " + std::to_string(shape.variant)
-                                                            : std::string()));
+                                                            : std::string()) +
+                                             (shape.max_q_len > 1 ? " and " + std::to_string(shape.max_q_len) +
+                                                                        " query tokens a sequence"
+                                                                  : std::string()));
     DecodePlan plan;
     const Status s = entries()[index].plan(shape, &plan);
     if (!s.ok()) return s;
@@ -179,6 +202,7 @@ class Decoder<ConfigList<Configs...>> {
     ActType qo;
     int page_size;  // 0: run time
     unsigned variant;  // VariantFlag bits
+    int max_q_len;     // opt::MaxQueryLen
     Status (*plan)(const DecoderShape&, DecodePlan*);
     Status (*decode)(const DecodeParams&, const DecodePlan&, void*, size_t, cudaStream_t);
     std::string (*name)();
@@ -187,9 +211,10 @@ class Decoder<ConfigList<Configs...>> {
   template <class Config>
   static Entry entry_for() {
     return Entry{Config::kHeadDim, Config::kKv, Config::kQo, Config::kPageSize, Config::Variant::kVariantFlags,
+                 Config::kMaxQueryLen,
                  [](const DecoderShape& s, DecodePlan* plan) {
                    return make_decode_plan<Config>(s.max_batch, s.max_context, s.num_kv_heads, s.group_size, plan,
-                                                   s.max_window);
+                                                   s.max_window, s.max_q_len);
                  },
                  &vxqa::decode<Config>,
                  [] {
@@ -198,7 +223,8 @@ class Decoder<ConfigList<Configs...>> {
                           std::to_string(Config::kWarps) +
                           (Config::kPageSize ? " page" + std::to_string(Config::kPageSize) : std::string(" page*")) +
                           (Config::Variant::kWindow ? " +window" : "") + (Config::Variant::kSoftCap ? " +softcap" : "") +
-                          (Config::Variant::kSinks ? " +sinks" : "");
+                          (Config::Variant::kSinks ? " +sinks" : "") +
+                          (Config::kMultiToken ? " q" + std::to_string(Config::kMaxQueryLen) : std::string());
                  }};
   }
 
@@ -209,14 +235,22 @@ class Decoder<ConfigList<Configs...>> {
 
   static int flag_count(unsigned flags) { return int(flags & 1u) + int((flags >> 1) & 1u) + int((flags >> 2) & 1u); }
 
-  static int find(const DecoderShape& s, bool exact_page) {
+  // Lower is better: with more than 8 rows a KV head a multi-token Config (one KV read for
+  // them all), with at most 8 one of one query token; then the fewest variant flags; then
+  // the shape's compile-time page size over a run-time one.
+  static int rank(const Entry& e, const DecoderShape& s) {
+    const bool want_multi = int64_t(s.group_size) * s.max_q_len > 8;
+    return ((e.max_q_len > 1) != want_multi ? 16 : 0) + 2 * flag_count(e.variant) + (e.page_size == 0 ? 1 : 0);
+  }
+
+  static int find(const DecoderShape& s) {
     int best = -1;
     for (int i = 0; i < int(sizeof...(Configs)); ++i) {
       const Entry& e = entries()[i];
       if (e.head_dim != s.head_dim || e.kv != s.cache_type || e.qo != s.qo_type) continue;
-      if ((e.variant & s.variant) != s.variant) continue;
-      if (!(exact_page ? e.page_size == s.page_size : e.page_size == 0)) continue;
-      if (best < 0 || flag_count(e.variant) < flag_count(entries()[best].variant)) best = i;
+      if ((e.variant & s.variant) != s.variant || e.max_q_len < s.max_q_len) continue;
+      if (e.page_size != s.page_size && e.page_size != 0) continue;
+      if (best < 0 || rank(e, s) < rank(entries()[best], s)) best = i;
     }
     return best;
   }

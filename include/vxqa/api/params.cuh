@@ -11,13 +11,14 @@ namespace vxqa {
 // One decode step of a GQA model over a paged KV cache. All pointers are device pointers;
 // the host never dereferences any of them.
 struct DecodeParams {
-  // q: [batch, Hq, D] of qo_type, Hq = num_kv_heads * group_size; query head h uses KV
-  // head h / G. bf16 q is rounded to fp16 for the MMAs: |q| above 65504 becomes inf (and
+  // q: [rows, Hq, D] of qo_type, Hq = num_kv_heads * group_size; query head h uses KV
+  // head h / G. A row is one query token: sequence b's is row b, or with q_indptr its
+  // tokens' rows. bf16 q is rounded to fp16 for the MMAs: |q| above 65504 becomes inf (and
   // the output NaN), below 2^-14 loses precision.
   const void* q = nullptr;
-  int64_t q_batch_stride = 0, q_head_stride = 0;  // elements; D is contiguous
+  int64_t q_batch_stride = 0, q_head_stride = 0;  // elements (q_batch_stride: between rows); D is contiguous
   ActType qo_type = ActType::kFp16;  // of q and out; must be the Config's Qo
-  // out: [batch, Hq, D] of qo_type; lse: optional fp32 [batch, Hq] (natural log), contiguous.
+  // out: [rows, Hq, D] of qo_type; lse: optional fp32 [rows, Hq] (natural log), contiguous.
   void* out = nullptr;
   int64_t out_batch_stride = 0, out_head_stride = 0;
   float* lse = nullptr;
@@ -66,6 +67,18 @@ struct DecodeParams {
   // sinks: fp32 [Hq], device: one logit (natural log) a query head that joins its softmax
   // denominator with no value row (gpt-oss), and its LSE; null: none.
   const float* sinks = nullptr;
+
+  // Multi-token queries (a Config with opt::MaxQueryLen<N>, N > 1: speculative-decoding
+  // verification, MTP, chunked decode). q_indptr: int32 [batch + 1], device, non-decreasing
+  // from 0: sequence b's n = q_indptr[b + 1] - q_indptr[b] query tokens (0..max_q_len) are
+  // rows q_indptr[b] .. q_indptr[b + 1] - 1 of q, out and lse (vLLM's query_start_loc,
+  // FlashInfer's qo_indptr). They are the sequence's last n tokens, already in the cache:
+  // token i (0-based) of a sequence of length len sees keys 0 .. len - n + i, and with a
+  // window the sliding_window keys ending there. len < n, or n outside 0..max_q_len, is a
+  // bad length (kDecodeErrorBadLength; that sequence's rows NaN where n is in range).
+  // null: one query token a sequence (row b), max_q_len 1.
+  const int32_t* q_indptr = nullptr;
+  int max_q_len = 1;  // the most query tokens of any sequence: 1..plan.max_q_len
 };
 
 enum class StatusCode { kOk, kInvalidArgument, kCudaError };

@@ -17,10 +17,14 @@ namespace vxqa {
 // max_window > 0: every step's sliding window will be 1..max_window keys, and the chunks
 // cover only what a window reaches (plan_span): a windowed step costs what a step over
 // max_window keys costs. The Config must have the window (opt::Variant<kSlidingWindow>).
+// max_q_len > 1: steps may have up to that many query tokens a sequence (DecodeParams::
+// q_indptr); the Config's opt::MaxQueryLen must allow it. The rows of a (sequence, KV head),
+// G · q_len, are cut into CTAs of rows_per_cta (row_tiling).
 template <class Config>
 Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int group_size,
                         int sm_count, DecodePlan* plan, int chunk_tokens = 0, int ctas_per_sm = 4,
-                        int min_chunk_rounds = 1, int max_window = 0) {
+                        int min_chunk_rounds = 1, int max_window = 0, int max_q_len = 1,
+                        bool sm80_body = false) {
   if (!plan) return Status::invalid("plan", "is null");
   if (max_batch < 1) return Status::invalid("max_batch", "must be >= 1");
   if (max_context < 1) return Status::invalid("max_context", "must be >= 1");
@@ -36,12 +40,18 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   if (chunk_tokens < 0 || chunk_tokens % Config::kChunkMultiple != 0)
     return Status::invalid("chunk_tokens", "must be 0 (auto) or a multiple of " +
                                                std::to_string(Config::kChunkMultiple));
-  const int m_tiles = (group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta;
-  // Grid limits: sequences run along gridDim.z (and the combine's gridDim.y), heads along y.
+  if (max_q_len < 1 || max_q_len > Config::kMaxQueryLen)
+    return Status::invalid("max_q_len", std::to_string(max_q_len) + " is outside 1..the Config's opt::MaxQueryLen (" +
+                                            std::to_string(Config::kMaxQueryLen) + ")");
+  const int m_tiles = row_tiling<Config>(group_size, max_q_len, sm80_body).m_tiles;
+  // Grid limits: sequences run along gridDim.z, heads along y; the combine's y is
+  // (sequence, query token).
   if (max_batch > 65535) return Status::invalid("max_batch", "must be <= 65535 (grid limit)");
+  if (int64_t(max_batch) * max_q_len > 65535)
+    return Status::invalid("max_q_len", "times max_batch must be <= 65535 (grid limit)");
   if (int64_t(num_kv_heads) * m_tiles > 65535)
-    return Status::invalid("num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
-  const int span = plan_span(max_context, max_window);
+    return Status::invalid("num_kv_heads", "times the CTAs a KV head's rows take must be <= 65535 (grid limit)");
+  const int span = plan_span(max_context, max_window, max_q_len);
   const int chunk = chunk_tokens ? chunk_tokens
                                  : choose_chunk_tokens(max_batch, span, num_kv_heads * m_tiles,
                                                        Config::kCtaTokens, ctas_per_sm * sm_count, min_chunk_rounds);
@@ -56,7 +66,8 @@ Status make_decode_plan(int max_batch, int max_context, int num_kv_heads, int gr
   p.chunk_tokens = chunk;
   p.num_chunks = static_cast<int>((int64_t(span) + p.chunk_tokens - 1) / p.chunk_tokens);
   p.max_window = max_window;
-  p.workspace_bytes = plan_workspace_bytes(max_batch, num_kv_heads * group_size, p.num_chunks,
+  p.max_q_len = max_q_len;
+  p.workspace_bytes = plan_workspace_bytes(max_batch * max_q_len, num_kv_heads * group_size, p.num_chunks,
                                            Config::kHeadDim);
   *plan = p;
   return Status();

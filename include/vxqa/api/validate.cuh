@@ -69,17 +69,23 @@ Status validate_plan(const DecodePlan& plan) {
   if (plan.max_window < 0) return Status::invalid("plan.max_window", "must be >= 0");
   if (plan.max_window > 0 && !Config::Variant::kWindow)
     return Status::invalid("plan.max_window", "is set, but the Config has no sliding window");
-  const int span = plan_span(plan.max_context, plan.max_window);
+  if (plan.max_q_len < 1 || plan.max_q_len > Config::kMaxQueryLen)
+    return Status::invalid("plan.max_q_len", detail::str(plan.max_q_len) + " is outside 1..the Config's "
+                                             "opt::MaxQueryLen (" + detail::str(Config::kMaxQueryLen) + ")");
+  const int span = plan_span(plan.max_context, plan.max_window, plan.max_q_len);
   if (int64_t(plan.num_chunks) != (int64_t(span) + plan.chunk_tokens - 1) / plan.chunk_tokens)
-    return Status::invalid("plan.num_chunks", "does not match the plan's span (max_context, or max_window + " +
-                                                  detail::str(kWindowChunkAlign - 1) + ") / chunk_tokens");
+    return Status::invalid("plan.num_chunks", "does not match the plan's span (max_context, or max_window + max_q_len + " +
+                                                  detail::str(kWindowChunkAlign - 2) + ") / chunk_tokens");
   if (plan.max_batch > 65535) return Status::invalid("plan.max_batch", "must be <= 65535 (grid limit)");
+  if (int64_t(plan.max_batch) * plan.max_q_len > 65535)
+    return Status::invalid("plan.max_q_len", "times plan.max_batch must be <= 65535 (grid limit)");
   if (plan.num_kv_heads < 1 || plan.group_size < 1)
     return Status::invalid("plan.num_kv_heads", "plan heads and group must be >= 1");
-  if (int64_t(plan.num_kv_heads) * ((plan.group_size + Config::kHeadsPerCta - 1) / Config::kHeadsPerCta) > 65535)
-    return Status::invalid("plan.num_kv_heads", "times ceil(group_size / 8) must be <= 65535 (grid limit)");
+  // The most CTAs a KV head's rows take, whichever body runs (the SM70 body's 8 rows a CTA).
+  if (int64_t(plan.num_kv_heads) * row_tiling<Config>(plan.group_size, plan.max_q_len, false).m_tiles > 65535)
+    return Status::invalid("plan.num_kv_heads", "times the CTAs a KV head's rows take must be <= 65535 (grid limit)");
   // A plan made for another head dim would size the partials wrongly.
-  const size_t needed = plan_workspace_bytes(plan.max_batch, plan.num_kv_heads * plan.group_size,
+  const size_t needed = plan_workspace_bytes(plan.max_batch * plan.max_q_len, plan.num_kv_heads * plan.group_size,
                                              plan.num_chunks, Config::kHeadDim);
   if (plan.workspace_bytes < needed)
     return Status::invalid("plan.workspace_bytes", detail::str(static_cast<long long>(plan.workspace_bytes)) +
@@ -117,6 +123,17 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   if (p.batch < 0 || p.batch > plan.max_batch)
     return Status::invalid("batch", str(p.batch) + " is outside 0..plan.max_batch (" + str(plan.max_batch) + ")");
   if (p.batch == 0) return Status();  // nothing to do: decode() launches nothing, uses no pointer
+  // Query tokens a sequence.
+  if (p.max_q_len < 1 || p.max_q_len > plan.max_q_len)
+    return Status::invalid("max_q_len", str(p.max_q_len) + " is outside 1..plan.max_q_len (" + str(plan.max_q_len) +
+                                            ")");
+  if (p.q_indptr && !Config::kMultiToken)
+    return Status::invalid("q_indptr", "is set, but the Config takes one query token a sequence "
+                                       "(opt::MaxQueryLen<N>, N > 1, takes several)");
+  if (!p.q_indptr && p.max_q_len > 1)
+    return Status::invalid("q_indptr", "is null, but max_q_len is " + str(p.max_q_len) +
+                                           ": several query tokens a sequence need their rows");
+  if (p.q_indptr && !aligned(p.q_indptr, 4)) return Status::invalid("q_indptr", "must be 4-byte aligned");
   if (p.page_size < 1) return Status::invalid("page_size", "must be >= 1");
   if (!PageSize<Config::kPageSize>::matches(p.page_size))
     return Status::invalid("page_size", str(p.page_size) + " does not match the Config's compile-time " +
@@ -131,15 +148,17 @@ Status validate(const DecodeParams& p, const DecodePlan& plan, const void* works
   const int64_t q_heads = int64_t(p.num_kv_heads) * p.group_size;
   if (q_heads > 1 && (p.q_head_stride * 2) % 16)
     return Status::invalid("q_head_stride", "q rows must start 16-byte aligned (a multiple of 8)");
-  if (p.batch > 1 && (p.q_batch_stride * 2) % 16)
+  // Rows of q, out and lse: one a sequence, or up to max_q_len a sequence with q_indptr.
+  const int64_t rows = int64_t(p.batch) * p.max_q_len;
+  if (rows > 1 && (p.q_batch_stride * 2) % 16)
     return Status::invalid("q_batch_stride", "q rows must start 16-byte aligned (a multiple of 8)");
-  if (const int bad = detail::overlapping_stride(p.q_head_stride, q_heads, p.q_batch_stride, p.batch,
+  if (const int bad = detail::overlapping_stride(p.q_head_stride, q_heads, p.q_batch_stride, rows,
                                                   Config::kHeadDim))
     return Status::invalid(bad == 1 ? "q_head_stride" : "q_batch_stride",
                            "q rows of different heads or sequences overlap (stride too small, or 0)");
   if (!p.out) return Status::invalid("out", "is null");
   if (!aligned(p.out, 2)) return Status::invalid("out", "must be 2-byte aligned");
-  if (const int bad = detail::overlapping_stride(p.out_head_stride, q_heads, p.out_batch_stride, p.batch,
+  if (const int bad = detail::overlapping_stride(p.out_head_stride, q_heads, p.out_batch_stride, rows,
                                                   Config::kHeadDim))
     return Status::invalid(bad == 1 ? "out_head_stride" : "out_batch_stride",
                            "out rows of different heads or sequences overlap (stride too small, or 0)");

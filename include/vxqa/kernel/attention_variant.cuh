@@ -34,17 +34,19 @@ struct AttentionVariant {
   static constexpr bool kSoftCap = (kFlags & kLogitSoftCap) != 0u;
   static constexpr bool kSinks = (kFlags & kAttentionSinks) != 0u;
 
-  // The first key a sequence of `len` tokens lets its query see, and where its chunks
-  // start (chunk c covers [chunk_base + c · chunk_tokens, ...)): 0 without a window.
-  VXQA_HD static int first_key(const DecodeKernelArgs& a, int len) {
+  // The first key the first of the `queries` last tokens of a sequence of `len` tokens sees
+  // (that token sees keys up to len - queries), and where its chunks start (chunk c covers
+  // [chunk_base + c · chunk_tokens, ...)): 0 without a window.
+  VXQA_HD static int first_key(const DecodeKernelArgs& a, int len, int queries = 1) {
     if constexpr (kWindow) {
-      return a.window > 0 && len > a.window ? len - a.window : 0;
+      const int end = len - queries + 1;
+      return a.window > 0 && end > a.window ? end - a.window : 0;
     } else {
       return 0;
     }
   }
-  VXQA_HD static int chunk_base(const DecodeKernelArgs& a, int len) {
-    return first_key(a, len) / kWindowChunkAlign * kWindowChunkAlign;
+  VXQA_HD static int chunk_base(const DecodeKernelArgs& a, int len, int queries = 1) {
+    return first_key(a, len, queries) / kWindowChunkAlign * kWindowChunkAlign;
   }
 
 #if VXQA_IS_CUDA_COMPILER

@@ -63,7 +63,9 @@ struct CombineShape {
 
 // Variant: the Config's (kernel/attention_variant.cuh): where a windowed sequence's chunks
 // start, and the sinks, which join here once, as one more term of every head's sum.
-template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64, class Variant = PlainAttention>
+// kMultiToken: blockIdx.y is (sequence, query token) = sequence · max_q_len + token.
+template <int kHeadDim, ActType kOut = ActType::kFp16, int kSliceWidth = 64, class Variant = PlainAttention,
+          bool kMultiToken = false>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKernelArgs a) {
   using Shape = CombineShape<kHeadDim, kSliceWidth>;
   __shared__ float2 stream_sum[Shape::kStreams][Shape::kThreadsPerChunk];
@@ -75,7 +77,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   // (docs/design.md, "Programmatic launches"). The next step's decode kernel may launch once
   // this one waits.
   VXQA_TIMELINE_PROBE(a, kProbeCombineEntry);
-  const int q_head = blockIdx.x, seq_index = blockIdx.y, dim0 = blockIdx.z * Shape::kSliceDims;
+  const int q_head = blockIdx.x, dim0 = blockIdx.z * Shape::kSliceDims;
+  const int seq_index = kMultiToken ? blockIdx.y / a.max_q_len : blockIdx.y;
+  const int token = kMultiToken ? blockIdx.y % a.max_q_len : 0;
   arch::grid_dependency_wait();
   VXQA_TIMELINE_PROBE(a, kProbeCombineReleased);
   arch::launch_dependents();
@@ -85,15 +89,31 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
   }
   if (seq_index >= a.batch) return;
   const int len = __ldcg(a.seq_lens + seq_index);  // through L2: never an L1 line of an earlier step
-  const bool reports = blockIdx.z == 0;  // one CTA a (query head, sequence) reports errors
+  // The sequence's query tokens (through L2 as the length); a token past them has no row.
+  SeqQueries queries = SeqQueries{seq_index, 1, true};
+  if constexpr (kMultiToken) {
+    if (a.q_indptr) {
+      queries.first = __ldcg(a.q_indptr + seq_index);
+      queries.count = __ldcg(a.q_indptr + seq_index + 1) - queries.first;
+      queries.valid = queries.first >= 0 && queries.count >= 0 && queries.count <= a.max_q_len;
+    }
+  }
+  const bool reports = blockIdx.z == 0;  // one CTA a (query head, row) reports errors
+  if (!queries.valid) {  // nothing of the sequence is written: its rows are not trusted
+    if (reports && token == 0 && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
+    return;
+  }
+  if (token >= queries.count) return;
+  const int out_row = queries.first + token;
   const int q_heads = a.num_kv_heads * a.group_size;
-  uint16_t* out = static_cast<uint16_t*>(a.out) + seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim0;
-  float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(seq_index) * q_heads + q_head : nullptr;
+  uint16_t* out = static_cast<uint16_t*>(a.out) + out_row * a.out_batch_stride + q_head * a.out_head_stride + dim0;
+  float* lse = a.lse && blockIdx.z == 0 ? a.lse + int64_t(out_row) * q_heads + q_head : nullptr;
 
   // The O of this stream's first kUnroll chunks is loaded with the length, before anything
   // depends on it (up to the plan's chunk count; those past the sequence's are never used),
   // so that one memory round trip, not two, follows the wait.
-  const int64_t first = (int64_t(seq_index) * q_heads + q_head) * a.num_chunks;
+  const int64_t first = (int64_t(kMultiToken ? seq_index * a.max_q_len + token : seq_index) * q_heads + q_head) *
+                        a.num_chunks;
   const int stream = threadIdx.x / Shape::kThreadsPerChunk, pair = threadIdx.x % Shape::kThreadsPerChunk;
   const float2* chunk_o = reinterpret_cast<const float2*>(a.partial_o + first * kHeadDim + dim0) + pair;
   constexpr int kStride = kHeadDim / 2, kStep = Shape::kStreams;  // float2s between chunks
@@ -103,13 +123,14 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     const int c = stream + u * kStep;
     early[u] = c < a.num_chunks ? chunk_o[int64_t(c) * kStride] : make_float2(0.f, 0.f);
   }
-  if (!length_is_valid(len, a)) {
+  // With q_indptr the query tokens are the sequence's last: it has at least as many keys.
+  if (!length_is_valid(len, a) || (kMultiToken && a.q_indptr && len < queries.count)) {
     if (reports && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
     if (threadIdx.x < Shape::kSliceDims) out[threadIdx.x] = detail::float_to_act<kOut>(quiet_nan());
     if (threadIdx.x == 0 && lse) *lse = quiet_nan();
     return;
   }
-  const int chunks = (len - Variant::chunk_base(a, len) + a.chunk_tokens - 1) / a.chunk_tokens;
+  const int chunks = (len - Variant::chunk_base(a, len, queries.count) + a.chunk_tokens - 1) / a.chunk_tokens;
   const float* chunk_lse = a.partial_lse + first;
 
   // Each warp reduces every chunk's LSE itself: no block-wide reduction or barrier.

@@ -1,7 +1,7 @@
 // vxqa/kernel/config.cuh — the one knob a user turns: a DecodeConfig names the head dim and
 // the cache's element type, then any of the options of vxqa::opt it changes (warps, page
 // size, q/out type, MMA atom, SM70 stages, convert point, page-id check, async stages,
-// attention variant).
+// attention variant, max query length).
 // Everything else is derived here, and every combination that cannot work fails here with
 // a message.
 #pragma once
@@ -84,6 +84,7 @@ struct ConvertTag {};
 struct PageIdsTag {};
 struct AsyncStagesTag {};
 struct VariantTag {};
+struct MaxQueryLenTag {};
 }  // namespace detail
 
 // Warps a CTA (1..8; default 4).
@@ -146,6 +147,16 @@ struct Variant {
   static constexpr unsigned kValue = kFlags;
 };
 
+// The most query tokens a sequence may have in one step, 1..16 (default 1: decode).
+// Above 1 the kernel takes DecodeParams::q_indptr, and a CTA's rows are (query token, head)
+// pairs, each with its own causal limit; in the SM80 body the warps then share each K/V tile
+// and split the rows (row_tiling), so that the KV is read once for up to 8 · Warps rows.
+template <int N>
+struct MaxQueryLen {
+  using Tag = detail::MaxQueryLenTag;
+  static constexpr int kValue = N;
+};
+
 namespace detail {
 template <class...>
 using Void = void;
@@ -192,7 +203,7 @@ struct DecodeConfig {
   static_assert((opt::detail::kIsOption<Options> && ...),
                 "DecodeConfig: every argument after the head dim and the cache type must be an option "
                 "of vxqa::opt (Warps, PageSize, QoType, Atom, Sm70Stages, Convert, PageIds, AsyncStages, "
-                "Variant)");
+                "Variant, MaxQueryLen)");
   static_assert(((opt::detail::kCount<typename opt::detail::TagOf<Options>::type, Options...> == 1) && ...),
                 "DecodeConfig: an option is given twice");
 
@@ -208,6 +219,7 @@ struct DecodeConfig {
   static constexpr int AsyncStages = option<opt::detail::AsyncStagesTag, opt::AsyncStages<0>>;
   static constexpr ActType Qo = option<opt::detail::QoTypeTag, opt::QoType<ActType::kFp16>>;
   static constexpr unsigned kVariantFlags = option<opt::detail::VariantTag, opt::Variant<0u>>;
+  static constexpr int MaxQueryLen = option<opt::detail::MaxQueryLenTag, opt::MaxQueryLen<1>>;
 
  public:
   static_assert(Kv != KvType::kUnset, "DecodeConfig: KvType::kUnset is not a cache format (kE5M2 or kFp16)");
@@ -221,6 +233,10 @@ struct DecodeConfig {
   static constexpr ActType kQo = Qo;
   // The score path's mask, modifier and sinks (kernel/attention_variant.cuh).
   using Variant = AttentionVariant<kVariantFlags>;
+  // Query tokens a sequence (opt::MaxQueryLen); kMultiToken: rows are (token, head) pairs.
+  static constexpr int kMaxQueryLen = MaxQueryLen;
+  static constexpr bool kMultiToken = MaxQueryLen > 1;
+  static_assert(MaxQueryLen >= 1 && MaxQueryLen <= 16, "DecodeConfig: opt::MaxQueryLen must be 1..16");
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "DecodeConfig: HeadDim must be 64, 128 or 256");
@@ -236,8 +252,8 @@ struct DecodeConfig {
   using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? 2 : kElemBytes>;
   using LoadPolicy = pipeline::Sm70RegisterStaged<Stages>;
 
-  // One M tile of 8 query heads per CTA: a group of G heads takes ceil(G / 8) CTAs per KV
-  // head, each reading the KV once. Any G works; the grid limit (num_kv_heads x M tiles
+  // One M tile of 8 rows (query heads; with kMultiToken, (token, head) pairs) a warp: a KV
+  // head's rows take row_tiling's CTAs. Any G works; the grid limit (num_kv_heads x M tiles
   // <= 65535) is the only bound.
   static constexpr int kHeadsPerCta = 8;
 
@@ -312,5 +328,29 @@ struct DecodeConfig {
                 "fewer opt::Warps");
   static_assert(kSm80StageBytes % 16 == 0, "DecodeConfig: SM80 stages must stay aligned");
 };
+
+// How the rows of one (sequence, KV head) — G · max_q_len (query token, head) pairs, token
+// major: row r is token r / G, head r % G — are cut into CTAs. The SM80 body of a kMultiToken
+// Config gives each of row_warps warps an 8-row tile, and those warps share every K/V tile
+// (the CTA's other warps stream other tiles for the same rows): the KV is read once a CTA
+// for up to 8 · kWarps rows. Otherwise (the SM70 body, or one query token) a CTA has 8 rows,
+// and every warp streams its own tiles for them.
+struct RowTiling {
+  int row_warps;     // divides the Config's warps
+  int rows_per_cta;  // 8 · row_warps
+  int m_tiles;       // CTAs a (sequence, KV head): ceil(rows / rows_per_cta)
+};
+template <class Config>
+VXQA_HD RowTiling row_tiling(int group_size, int max_q_len, bool sm80_body) {
+  const int rows = group_size * max_q_len;
+  int row_warps = 1;
+  if (Config::kMultiToken && sm80_body) {
+    row_warps = Config::kWarps;  // the smallest divisor of the warps whose tiles hold every row
+    for (int w = Config::kWarps; w >= 1; --w)
+      if (Config::kWarps % w == 0 && Config::kHeadsPerCta * w >= rows) row_warps = w;
+  }
+  const int rows_per_cta = Config::kHeadsPerCta * row_warps;
+  return RowTiling{row_warps, rows_per_cta, (rows + rows_per_cta - 1) / rows_per_cta};
+}
 
 }  // namespace vxqa

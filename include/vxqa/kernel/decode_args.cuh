@@ -9,11 +9,11 @@
 namespace vxqa {
 
 struct DecodeKernelArgs {
-  const void* q;  // [B, Hq, D] of the Config's q/out type (fp16 or bf16)
-  int64_t q_batch_stride, q_head_stride;  // elements
-  void* out;      // [B, Hq, D], same type
+  const void* q;  // [rows, Hq, D] of the Config's q/out type (fp16 or bf16)
+  int64_t q_batch_stride, q_head_stride;  // elements (batch: between rows)
+  void* out;      // [rows, Hq, D], same type
   int64_t out_batch_stride, out_head_stride;
-  float* lse;       // [B, Hq] or null
+  float* lse;       // [rows, Hq] or null
 
   PagedKvLayout kv;
   int page_size;
@@ -25,7 +25,15 @@ struct DecodeKernelArgs {
   int batch;
   int num_kv_heads;
   int group_size;
-  int m_tiles;  // ceil(group_size / 8)
+  int m_tiles;  // CTAs a (sequence, KV head) along gridDim.y (row_tiling)
+  // Multi-token queries (a kMultiToken Config): sequence b's rows of q, out and lse are
+  // q_indptr[b] .. q_indptr[b + 1] - 1 (null: row b, one token); at most max_q_len of them.
+  // A CTA takes rows_per_cta (token, head) rows of its KV head, row_warps warps sharing each
+  // K/V tile (the SM80 body; 1 in the SM70 body).
+  const int32_t* q_indptr;
+  int max_q_len;
+  int row_warps;
+  int rows_per_cta;
 
   int max_context;   // capacity the grid was planned for
   int chunk_tokens;  // split-KV chunk, aligned to absolute token positions
@@ -36,8 +44,8 @@ struct DecodeKernelArgs {
   const float* k_scale_ptr;  // device scalars read at each launch (a captured graph follows
   const float* v_scale_ptr;  // their updates), or null: the values above
 
-  float* partial_o;    // [max_batch, Hq, num_chunks, D], O of a chunk divided by its sum
-  float* partial_lse;  // [max_batch, Hq, num_chunks], base-2 log-sum-exp of a chunk
+  float* partial_o;    // [max_batch * max_q_len, Hq, num_chunks, D], O of a chunk divided by its sum
+  float* partial_lse;  // [max_batch * max_q_len, Hq, num_chunks], base-2 log-sum-exp of a chunk
   uint32_t* errors;    // ErrorBit bits of the step
   // With several chunks: [max_batch, Hq, num_chunks] beside partial_lse, the ErrorBit
   // bits of the CTA that computed the chunk, written with its partial; the decode kernel
@@ -79,6 +87,24 @@ VXQA_DEVICE uint32_t device_scale_errors(const DecodeKernelArgs& a) {
 VXQA_HD bool length_is_valid(int len, const DecodeKernelArgs& a) {
   return len >= 0 && len <= a.max_context &&
          int64_t(len) <= int64_t(a.max_pages_per_seq) * a.page_size;
+}
+
+// A sequence's query tokens: rows first .. first + count - 1 of q, out and lse. `valid`:
+// count is in 0..max_q_len (else nothing of the sequence is written, and its rows' indices
+// are not trusted).
+struct SeqQueries {
+  int first, count;
+  bool valid;
+};
+template <bool kMultiToken>
+VXQA_HD SeqQueries seq_queries(const DecodeKernelArgs& a, int seq_index) {
+  if constexpr (kMultiToken) {
+    if (a.q_indptr) {
+      const int first = a.q_indptr[seq_index], count = a.q_indptr[seq_index + 1] - first;
+      return SeqQueries{first, count, first >= 0 && count >= 0 && count <= a.max_q_len};
+    }
+  }
+  return SeqQueries{seq_index, 1, true};
 }
 
 }  // namespace vxqa

@@ -19,20 +19,46 @@
 namespace vxqa {
 
 #if VXQA_IS_CUDA_COMPILER
-// The CTA's share of the step: blockIdx = (chunk, KV head x M tile, sequence).
+// The CTA's share of the step: blockIdx = (chunk, KV head x M tile, sequence). Its rows are
+// query heads q_head0 .. q_head0 + heads - 1 (one query token a sequence), or with several
+// (kMultiToken) the KV head's (token, head) rows row0 .. row0 + heads - 1 (row_tiling).
 struct CtaWork {
   int chunk, seq_index, kv_head, m_tile;
-  int heads;    // query heads of this M tile (<= kHeadsPerCta)
-  int q_head0;  // first query head of the M tile
+  int heads;    // rows of this CTA (<= a.rows_per_cta)
+  int q_head0;  // first query head of the M tile (one query token)
+  int row0;     // first row among the KV head's G · n (several)
+  SeqQueries queries;  // the sequence's query tokens
+  int len;
   int begin, end;  // this chunk's tokens [begin, end); end <= begin when it has none
-  int first;       // the first key the query sees (a window's; 0 without one): begin may be
-                   // below it by less than kWindowChunkAlign in the sequence's first chunk
+  int first;       // the first key the first query token sees (a window's; 0 without one):
+                   // begin may be below it by less than kWindowChunkAlign in the first chunk
   VXQA_DEVICE bool live() const { return end > begin; }
 };
 
+// One row of a CTA: query head q_head of one query token, the keys [first, end) it sees.
+struct QueryRow {
+  int out_row;   // its row of q, out and lse
+  int slot_row;  // its row of the partials: sequence · max_q_len + token
+  int q_head;
+  int first, end;
+};
+
+// Row `r` (0-based in the CTA) of `w`; a row past w.heads is a padded one, never written.
+template <bool kMultiToken, class Variant>
+VXQA_DEVICE QueryRow query_row(const DecodeKernelArgs& a, const CtaWork& w, int r) {
+  if constexpr (kMultiToken) {
+    const int row = w.row0 + r, token = row / a.group_size;
+    const int end = w.len - w.queries.count + token + 1;
+    return QueryRow{w.queries.first + token, w.seq_index * a.max_q_len + token,
+                    w.kv_head * a.group_size + row % a.group_size, Variant::first_key(a, end), end};
+  } else {
+    return QueryRow{w.seq_index, w.seq_index, w.q_head0 + r, w.first, w.len};
+  }
+}
+
 // Fills `w`; false when the CTA has nothing to do. A bad length: with one chunk flagged here
 // and its outputs written as NaN; with several, the combine does both.
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, class Variant>
+template <class Config>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w);
 
 // Element `index` of the output, rounded from fp32 to its type.
@@ -41,15 +67,16 @@ VXQA_DEVICE void store_out(const DecodeKernelArgs& a, int64_t index, float value
   static_cast<uint16_t*>(a.out)[index] = detail::float_to_act<kOut>(value);
 }
 
-// The tiles of warp `warp` inside [begin, end): tile j starts at begin + (warp + j * W) * T.
+// The tiles of stream `warp` of `streams` (default: one a warp) inside [begin, end): tile j
+// starts at begin + (warp + j * streams) * T.
 template <int kTileTokens, int kWarps>
 struct WarpTiles {
-  int begin, end, warp, count;
-  VXQA_DEVICE WarpTiles(int b, int e, int w) : begin(b), end(e), warp(w), count(0) {
+  int begin, end, warp, streams, count;
+  VXQA_DEVICE WarpTiles(int b, int e, int w, int n = kWarps) : begin(b), end(e), warp(w), streams(n), count(0) {
     const int cta_tiles = end > begin ? (end - begin + kTileTokens - 1) / kTileTokens : 0;
-    count = cta_tiles > warp ? (cta_tiles - warp + kWarps - 1) / kWarps : 0;
+    count = cta_tiles > warp ? (cta_tiles - warp + streams - 1) / streams : 0;
   }
-  VXQA_DEVICE int start(int j) const { return begin + (warp + j * kWarps) * kTileTokens; }
+  VXQA_DEVICE int start(int j) const { return begin + (warp + j * streams) * kTileTokens; }
   VXQA_DEVICE int valid_rows(int j) const {
     if (j >= count) return 0;
     const int n = end - start(j);
@@ -81,25 +108,25 @@ VXQA_DEVICE PageSize<kPageSize> cta_page_size(const DecodeKernelArgs& a) {
   }
 }
 
-// The chunk's slot of query head `q_head` in the partials (several chunks).
-VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, int q_head) {
-  return (int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head) * a.num_chunks + w.chunk;
+// The chunk's slot of a row in the partials (several chunks).
+VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, const QueryRow& row) {
+  return (int64_t(row.slot_row) * (a.num_kv_heads * a.group_size) + row.q_head) * a.num_chunks + w.chunk;
 }
 
 // The head's LSE (one chunk, when asked for), or the chunk's partial LSE and error word,
 // from its merged base-2 m and l (the sum of P). `sink_folded`: one chunk's (m, l) hold a
 // sink (AttentionVariant::fold_sink), which is the LSE even without a token.
-VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, int q_head, float m, float l,
-                                  bool bad_page, bool sink_folded = false) {
+VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, const QueryRow& row, float m,
+                                  float l, bool bad_page, bool sink_folded = false) {
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     if (a.lse) {
       const float lse = bad_page ? nan : !w.live() && !sink_folded ? negative_infinity()
                                        : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
-      a.lse[int64_t(w.seq_index) * (a.num_kv_heads * a.group_size) + q_head] = lse;
+      a.lse[int64_t(row.out_row) * (a.num_kv_heads * a.group_size) + row.q_head] = lse;
     }
   } else {
-    const int64_t slot = partial_slot(a, w, q_head);
+    const int64_t slot = partial_slot(a, w, row);
     a.partial_lse[slot] = bad_page ? nan : l == 0.f ? negative_infinity() : m + log2f(l);
     // Written whatever its value (the workspace may hold garbage): the combine ORs it in.
     a.chunk_errors[slot] = bad_page ? uint32_t(kDecodeErrorBadPage) : 0u;
@@ -120,9 +147,10 @@ struct HeadRow {
   float scale;
   bool zero;
 
-  VXQA_DEVICE HeadRow(const DecodeKernelArgs& a, const CtaWork& w, int q_head, float l, float inv_l, bool bad_page)
-      : partial(a.partial_o + partial_slot(a, w, q_head) * kHeadDim),  // used with several chunks only
-        out(static_cast<uint16_t*>(a.out) + w.seq_index * a.out_batch_stride + q_head * a.out_head_stride),
+  VXQA_DEVICE HeadRow(const DecodeKernelArgs& a, const CtaWork& w, const QueryRow& row, float l, float inv_l,
+                      bool bad_page)
+      : partial(a.partial_o + partial_slot(a, w, row) * kHeadDim),  // used with several chunks only
+        out(static_cast<uint16_t*>(a.out) + row.out_row * a.out_batch_stride + row.q_head * a.out_head_stride),
         out_pairs((reinterpret_cast<uintptr_t>(out) & 3) == 0),
         // l = 0 with live tokens: one chunk, o · inf = NaN (0 / 0); a chunk's partial keeps o.
         scale(bad_page ? quiet_nan() : a.num_chunks > 1 && l == 0.f ? 1.f : inv_l),
@@ -148,49 +176,65 @@ struct HeadRow {
 // sum of P, o = the unnormalised output — and at dim 0 the head's stats. With one chunk the
 // output, with several the chunk's partial O.
 template <int kHeadDim, ActType kOut>
-VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, int q_head, int dim, float m,
-                                   float l, float o, bool bad_page, bool sink_folded = false) {
+VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, const QueryRow& row, int dim,
+                                   float m, float l, float o, bool bad_page, bool sink_folded = false) {
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
     const float value = bad_page ? nan : w.live() ? o / l * v_scale_of(a) : 0.f;
-    store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + dim, value);
+    store_out<kOut>(a, row.out_row * a.out_batch_stride + row.q_head * a.out_head_stride + dim, value);
   } else {
-    a.partial_o[partial_slot(a, w, q_head) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? o : o / l;
+    a.partial_o[partial_slot(a, w, row) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? o : o / l;
   }
-  if (dim == 0) store_head_stats(a, w, q_head, m, l, bad_page, sink_folded);
+  if (dim == 0) store_head_stats(a, w, row, m, l, bad_page, sink_folded);
 }
 
-template <int kHeadsPerCta, int kHeadDim, int kThreads, ActType kOut, class Variant>
+template <class Config>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
+  using Variant = typename Config::Variant;
+  constexpr bool kMulti = Config::kMultiToken;
   w.chunk = blockIdx.x;
   w.seq_index = blockIdx.z;
   w.kv_head = blockIdx.y / a.m_tiles;
   w.m_tile = blockIdx.y % a.m_tiles;
   if (w.seq_index >= a.batch) return false;
-  const int head0 = w.m_tile * kHeadsPerCta;
-  w.heads = min(kHeadsPerCta, a.group_size - head0);
-  w.q_head0 = w.kv_head * a.group_size + head0;
+  w.queries = seq_queries<kMulti>(a, w.seq_index);
+  if (kMulti) {
+    w.row0 = w.m_tile * a.rows_per_cta;
+    w.heads = min(a.rows_per_cta, a.group_size * (w.queries.valid ? w.queries.count : 0) - w.row0);
+    w.q_head0 = w.kv_head * a.group_size;
+  } else {
+    const int head0 = w.m_tile * Config::kHeadsPerCta;
+    w.row0 = head0;
+    w.heads = min(Config::kHeadsPerCta, a.group_size - head0);
+    w.q_head0 = w.kv_head * a.group_size + head0;
+  }
   const bool single_chunk = a.num_chunks == 1;
 
-  const int len = a.seq_lens[w.seq_index];
-  if (!length_is_valid(len, a)) {
+  w.len = a.seq_lens[w.seq_index];
+  // A bad length, or (q_indptr) fewer keys than query tokens: the tokens are the sequence's last.
+  const bool valid =
+      length_is_valid(w.len, a) && (!kMulti || (w.queries.valid && (!a.q_indptr || w.queries.count <= w.len)));
+  if (!valid) {
     if (single_chunk) {  // with several chunks the combine flags it (and writes the NaNs)
       if (threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
-      const int q_heads = a.num_kv_heads * a.group_size;
-      for (int i = threadIdx.x; i < w.heads * kHeadDim; i += kThreads) {
-        const int q_head = w.q_head0 + i / kHeadDim;
-        store_out<kOut>(a, w.seq_index * a.out_batch_stride + q_head * a.out_head_stride + i % kHeadDim,
-                        quiet_nan());
-        if (i % kHeadDim == 0 && a.lse) a.lse[int64_t(w.seq_index) * q_heads + q_head] = quiet_nan();
+      const int rows = w.queries.valid ? w.heads : 0;  // a bad query count: its rows are not trusted
+      for (int i = threadIdx.x; i < rows * Config::kHeadDim; i += Config::kThreads) {
+        const QueryRow row = query_row<kMulti, Variant>(a, w, i / Config::kHeadDim);
+        store_out<Config::kQo>(a, row.out_row * a.out_batch_stride + row.q_head * a.out_head_stride + i % Config::kHeadDim,
+                               quiet_nan());
+        if (i % Config::kHeadDim == 0 && a.lse)
+          a.lse[int64_t(row.out_row) * (a.num_kv_heads * a.group_size) + row.q_head] = quiet_nan();
       }
     }
     return false;
   }
-  w.first = Variant::first_key(a, len);
-  w.begin = Variant::chunk_base(a, len) + w.chunk * a.chunk_tokens;
-  w.end = min(w.begin + a.chunk_tokens, len);
-  return single_chunk || w.begin < len;  // a chunk past the end: the combine never reads it
+  if (w.heads <= 0) return false;  // rows past the sequence's query tokens
+  const int queries = kMulti ? w.queries.count : 1;
+  w.first = Variant::first_key(a, w.len, queries);
+  w.begin = Variant::chunk_base(a, w.len, queries) + w.chunk * a.chunk_tokens;
+  w.end = min(w.begin + a.chunk_tokens, w.len);
+  return single_chunk || w.begin < w.len;  // a chunk past the end: the combine never reads it
 }
 #endif
 

@@ -9,6 +9,10 @@
 // chunk the CTA writes O (and LSE) itself; otherwise it writes the chunk's partial and
 // combine_kernel merges the chunks.
 //
+// Multi-token queries (kMultiToken): the CTA's 8 rows are (token, head) pairs (row_tiling:
+// a KV head's G · n rows take ceil(G · n / 8) CTAs here, each reading the KV), each row
+// masked at its own causal limit.
+//
 // What a CTA writes for a head (zeros, NaN, partials): kernel/decode_cta_common.cuh.
 #pragma once
 #include <cuda_fp16.h>
@@ -46,14 +50,21 @@ struct DecodeCtaSm70 {
 
   using Tiles = WarpTiles<kTileTokens, Config::kWarps>;
   using Variant = typename Config::Variant;
+  static constexpr bool kMulti = Config::kMultiToken;
+
+  // kMulti: the keys [first, end) of the lane's two accumulator rows (c_row(lane, 0) and
+  // c_row(lane, 2)), within the chunk.
+  struct LaneRows {
+    int first[2], end[2];
+  };
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, Variant>(a, work)) return;
+    if (!find_cta_work<Config>(a, work)) return;
     const int seq_index = work.seq_index, kv_head = work.kv_head;
 
     uint8_t* q_tile = smem;
-    load_q(a, seq_index, work.q_head0, work.heads, q_tile);
+    load_q(a, work, q_tile);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -68,6 +79,16 @@ struct DecodeCtaSm70 {
 
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(seq_index, kv_head);
+
+    LaneRows rows{};
+    if constexpr (kMulti) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const QueryRow r = query_row<kMulti, Variant>(a, work, mma::c_row(lane, 2 * c));
+        rows.first[c] = r.first;
+        rows.end[c] = min(r.end, work.end);
+      }
+    }
 
     softmax::RowState row = softmax::empty_row();
     float o[Pv::kNBlocks][8];
@@ -107,7 +128,8 @@ struct DecodeCtaSm70 {
             publisher.publish();
             float s[8];
             Qk::run(q_tile, publisher.tile, s);
-            store_scores(s, tiles.start(j), work.end, Variant::prepare(a, qk_scale_log2_of(a), work.first), s_tile);
+            store_scores(s, tiles.start(j), work.end, rows, Variant::prepare(a, qk_scale_log2_of(a), work.first),
+                         s_tile);
             __syncwarp();
             row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
             __syncwarp();
@@ -153,16 +175,16 @@ struct DecodeCtaSm70 {
     piece.load(base, lane_row_offset, (k % kPieces) * Config::kPieceTokens, tiles.valid_rows(j));
   }
 
-  VXQA_DEVICE static void load_q(const DecodeKernelArgs& a, int seq_index, int q_head0, int heads,
-                                 uint8_t* q_tile) {
+  VXQA_DEVICE static void load_q(const DecodeKernelArgs& a, const CtaWork& work, uint8_t* q_tile) {
     constexpr int kPiecesPerRow = kD / 8;  // 16-byte pieces of 8 elements
     constexpr ActType kQ = Config::kQo;
     for (int i = threadIdx.x; i < 8 * kPiecesPerRow; i += Config::kThreads) {
       const int head = i / kPiecesPerRow, dim = (i % kPiecesPerRow) * 8;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);  // padded heads: Q = 0, their rows are not written
-      if (head < heads) {
-        v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.q) + seq_index * a.q_batch_stride +
-                                            (q_head0 + head) * a.q_head_stride + dim);
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);  // padded rows: Q = 0, they are not written
+      if (head < work.heads) {
+        const QueryRow row = query_row<kMulti, Variant>(a, work, head);
+        v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.q) + row.out_row * a.q_batch_stride +
+                                            row.q_head * a.q_head_stride + dim);
         v = make_uint4(detail::act2_to_half2_bits<kQ>(v.x), detail::act2_to_half2_bits<kQ>(v.y),
                        detail::act2_to_half2_bits<kQ>(v.z), detail::act2_to_half2_bits<kQ>(v.w));
       }
@@ -170,15 +192,19 @@ struct DecodeCtaSm70 {
     }
   }
 
-  // The QK accumulators as base-2 logits, tokens at or past `end` masked, through the
-  // variant's score. Elements i and i + 1 (i even) are adjacent tokens of one head row: one
-  // 8-byte store.
-  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, int end,
-                                       const typename Variant::Scores& scores, uint8_t* s_tile) {
+  // The QK accumulators as base-2 logits, tokens at or past `end` masked (kMulti: past the
+  // row's own end, and before its first key), through the variant's score. Elements i and
+  // i + 1 (i even) are adjacent tokens of one head row: one 8-byte store.
+  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, int end, const LaneRows& rows,
+                                       typename Variant::Scores scores, uint8_t* s_tile) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {
       const int token = Qk::c_token(lane, i);
+      if constexpr (kMulti) {
+        end = rows.end[(i >> 1) & 1];
+        scores.first = rows.first[(i >> 1) & 1];
+      }
       const int live = end - tile_start - token;  // 1: only the first of the pair is live
       const float2 v = make_float2(Variant::score(scores, s[i], live > 0, tile_start + token),
                                    Variant::score(scores, s[i + 1], live > 1, tile_start + token + 1));
@@ -209,14 +235,15 @@ struct DecodeCtaSm70 {
         l += warp_ml(smem, w)[8 + head] * weight;
         o += warp_o(smem, w)[MergeLayout::index(head, dim)] * weight;
       }
+      const QueryRow row = query_row<kMulti, Variant>(a, work, head);
       bool sink_folded = false;
       if constexpr (Variant::kSinks) {
         if (a.num_chunks == 1 && a.sinks) {
-          o *= Variant::fold_sink(Variant::sink_log2(a, work.q_head0 + head), m, l);
+          o *= Variant::fold_sink(Variant::sink_log2(a, row.q_head), m, l);
           sink_folded = true;
         }
       }
-      store_head_result<kD, Config::kQo>(a, work, work.q_head0 + head, dim, m, l, o, bad_page, sink_folded);
+      store_head_result<kD, Config::kQo>(a, work, row, dim, m, l, o, bad_page, sink_folded);
     }
   }
 

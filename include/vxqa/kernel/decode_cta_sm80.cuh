@@ -7,10 +7,18 @@
 // tiles in turn, each through its own Stages-deep ring of shared-memory stages (so the main
 // loop has no CTA-wide barrier, only __syncwarp), and the warps merge (m, l, O) once at the
 // end. Q stays in registers for the whole loop.
+//
+// Multi-token queries (kMultiToken): a CTA has 8 · row_warps rows, (token, head) pairs
+// (row_tiling). The warps form streams of row_warps warps, each warp of a stream holding
+// one 8-row tile; a stream's warps take its 16-token tiles in turn, each loading tile j into
+// its own ring when j % row_warps is its row tile, and all of them consume every tile of the
+// stream, after a barrier of the stream's warps (arch::named_barrier_sync) a tile. So the KV
+// is read once for all the CTA's rows, and the streams merge per row tile at the end.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/cp_async.cuh>
 #include <vxqa/arch/grid_dependency.cuh>
+#include <vxqa/arch/named_barrier.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/decode_args.cuh>
 #include <vxqa/kernel/decode_cta_common.cuh>
@@ -38,6 +46,26 @@ struct DecodeCtaSm80 {
   static constexpr int kMTiles = Pv::kMTiles;
   using Row = HeadRow<kD, Config::kQo>;
   using Variant = typename Config::Variant;
+  static constexpr bool kMulti = Config::kMultiToken;
+
+  // Where a warp stands: its 8-row tile, its stream of tiles, and the streams' count (one
+  // query token: every warp a stream of its own over the same 8 rows).
+  struct WarpRole {
+    int row_warps, row_tile, stream, streams;
+  };
+  VXQA_DEVICE static WarpRole warp_role(const DecodeKernelArgs& a) {
+    const int warp = threadIdx.x >> 5;
+    if constexpr (kMulti) {
+      const int row_warps = a.row_warps;
+      return WarpRole{row_warps, warp % row_warps, warp / row_warps, Config::kWarps / row_warps};
+    } else {
+      return WarpRole{1, 0, warp, Config::kWarps};
+    }
+  }
+  // The keys [first, end) that the lane's two accumulator columns' rows see (kMulti).
+  struct LaneRows {
+    int first[2], end[2];
+  };
 
   // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
   // order ([m-tile][lane][element]: one 16-byte store or load a fragment, conflict-free),
@@ -49,17 +77,30 @@ struct DecodeCtaSm80 {
 
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
-    if (!find_cta_work<Config::kHeadsPerCta, kD, Config::kThreads, Config::kQo, Variant>(a, work)) return;
+    if (!find_cta_work<Config>(a, work)) return;
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWork);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t* warp_area = smem + warp * Config::kSm80WarpBytes;
+    const WarpRole role = warp_role(a);
 
-    // The lane's B-fragment head is lane / 4; padded heads get Q = 0 and are not written.
-    const int head = mma::m16n8k16::group(lane);
-    const uint16_t* q_row = head < work.heads ? static_cast<const uint16_t*>(a.q) + work.seq_index * a.q_batch_stride +
-                                                    (work.q_head0 + head) * a.q_head_stride
+    // The lane's B-fragment row is lane / 4 of its row tile; padded rows get Q = 0 and are
+    // not written.
+    const int head = role.row_tile * 8 + mma::m16n8k16::group(lane);
+    const QueryRow q_of = query_row<kMulti, Variant>(a, work, head);
+    const uint16_t* q_row = head < work.heads ? static_cast<const uint16_t*>(a.q) + q_of.out_row * a.q_batch_stride +
+                                                    q_of.q_head * a.q_head_stride
                                               : nullptr;
     const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
+    LaneRows rows{};
+    if constexpr (kMulti) {  // the lane's accumulator columns: rows 2t, 2t + 1 of its tile
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const QueryRow row =
+            query_row<kMulti, Variant>(a, work, role.row_tile * 8 + 2 * mma::m16n8k16::thread_in_group(lane) + c);
+        rows.first[c] = row.first;
+        rows.end[c] = min(row.end, work.end);
+      }
+    }
 
     // Tiles of pages of a multiple of 16 tokens start 16-aligned (work.begin is: the window's
     // chunks start at a multiple of 16), each in one page; the keys below the window's first
@@ -67,7 +108,8 @@ struct DecodeCtaSm80 {
     // the tiles start at the window's first key.
     const bool one_page = Config::kPageSize != 0 ? Config::kPageSize % Geometry::kTokens == 0
                                                  : a.page_size % Geometry::kTokens == 0;
-    const Tiles tiles(Variant::kWindow && !one_page ? max(work.begin, work.first) : work.begin, work.end, warp);
+    const Tiles tiles(Variant::kWindow && !one_page ? max(work.begin, work.first) : work.begin, work.end, role.stream,
+                      role.streams);
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(work.seq_index, work.kv_head);
 
@@ -81,7 +123,17 @@ struct DecodeCtaSm80 {
     if (tiles.count > 0) {
       // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
       // lies in one page: one block-table id a tile, and strided copies.
-      if constexpr (Config::kPageSize != 0) {
+      if constexpr (kMulti) {
+        uint8_t* stream_area = smem + role.stream * role.row_warps * Config::kSm80WarpBytes;
+        if constexpr (Config::kPageSize != 0) {
+          shared_stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, role, rows, tiles, seq, qf, stream_area,
+                                                                    st, o, bad_page);
+        } else if (a.page_size % Geometry::kTokens == 0) {
+          shared_stream<true>(a, work, role, rows, tiles, seq, qf, stream_area, st, o, bad_page);
+        } else {
+          shared_stream<false>(a, work, role, rows, tiles, seq, qf, stream_area, st, o, bad_page);
+        }
+      } else if constexpr (Config::kPageSize != 0) {
         stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
       } else if (a.page_size % Geometry::kTokens == 0) {
         stream<true>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
@@ -110,7 +162,7 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     VXQA_TIMELINE_PROBE(a, kProbeDecodeGathered);
-    merge_and_write(a, smem, work, cta_bad_page);
+    merge_and_write(a, smem, work, role, cta_bad_page);
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWritten);
   }
 
@@ -190,30 +242,113 @@ struct DecodeCtaSm80 {
     }
   }
 
+  // kMulti: the stream's tiles, shared by its row_warps warps. Warp u of the stream (its row
+  // tile) copies tiles j = u, u + R, ... (R = row_warps) through its own ring of kStages
+  // stages, tile j + (kStages - 1) R while tile j is consumed; every warp consumes every tile
+  // after the stream's barrier. A stage is refilled R tiles after it was consumed, so that
+  // barrier also tells its copier that every warp is done with it.
+  template <bool kOnePage>
+  VXQA_DEVICE static void shared_stream(const DecodeKernelArgs& a, const CtaWork& work, const WarpRole& role,
+                                        const LaneRows& rows, const Tiles& tiles, const Sequence& seq,
+                                        const typename Qk::QFragments& qf, uint8_t* stream_area,
+                                        softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page) {
+    const int lane = threadIdx.x & 31;
+    const int copier = role.row_tile, row_warps = role.row_warps;
+    const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
+    const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
+    auto stage = [&](int u, int k) {  // stage of the k-th tile warp u copies
+      return stream_area + u * Config::kSm80WarpBytes + (k % kStages) * Config::kSm80StageBytes;
+    };
+    auto issue = [&](int j) {  // tile j, this warp's; one commit group, empty past the end
+      if (j < tiles.count) {
+        uint8_t* k_tile = stage(copier, j / row_warps);
+        if constexpr (kOnePage) {
+          const uint32_t token = uint32_t(tiles.start(j));
+          const int64_t offset = Config::kChecksPageIds ? seq.checked_row_offset(token, a.num_pages, bad_page)
+                                                        : seq.row_offset(token);
+          if constexpr (Variant::kWindow) {  // rows below the first token's first key: zeros
+            Load::template issue_one_page<true>(k_base + offset, v_base + offset, seq.token_bytes(),
+                                                tiles.valid_rows(j), k_tile, k_tile + kVTileOffset,
+                                                work.first - tiles.start(j));
+          } else {
+            Load::issue_one_page(k_base + offset, v_base + offset, seq.token_bytes(), tiles.valid_rows(j), k_tile,
+                                 k_tile + kVTileOffset);
+          }
+        } else {
+          const int64_t offset =
+              tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
+          Load::issue(k_base, v_base, offset, tiles.valid_rows(j), k_tile, k_tile + kVTileOffset);
+        }
+      }
+      arch::cp_async_commit();
+    };
+    const typename Variant::Scores base = Variant::prepare(a, qk_scale_log2_of(a), work.first);
+    typename Variant::Scores scores[2] = {base, base};
+    scores[0].first = rows.first[0];
+    scores[1].first = rows.first[1];
+
+#pragma unroll
+    for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier);
+    for (int j = 0; j < tiles.count; ++j) {
+      if (j % row_warps == copier) {
+        __syncwarp();  // every lane is done with the stage it refills (the stream's barriers
+                       // since tile j - R ordered the other warps)
+        issue(j + (kStages - 1) * row_warps);
+        arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
+      }
+      arch::named_barrier_sync(1 + role.stream, 32 * row_warps);  // ... and every copy, for every warp
+      if (j == 0) VXQA_TIMELINE_PROBE(a, kProbeDecodeFirstTile);
+
+      const uint8_t* tile = stage(j % row_warps, j / row_warps);
+      float s[4];
+      Qk::run(tile, qf, s);
+      const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int token = row0 + (e >> 1) * 8;
+        s[e] = Variant::score(scores[e & 1], s[e], token < rows.end[e & 1], token);
+      }
+      uint32_t p[2];
+      float alpha[2];
+      softmax::register_softmax_step(st, s, p, alpha);
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
+      }
+      Pv::run(tile + kVTileOffset, p, o);
+    }
+  }
+
   // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole
   // fragments (an m-tile of one lane: heads 2t, 2t + 1, t = lane % 4, two dims each) of
   // one lane, so its two heads' max, weights and sum are worked out once, and the fragments'
   // loads are independent of one another: the CTA's tail is a few shared-memory round
   // trips, not one a fragment element (docs/performance.md, "The CTA's tail").
   VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
-                                          bool bad_page) {
+                                          const WarpRole& role, bool bad_page) {
     constexpr int kWarps = Config::kWarps;
     static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
     const int lane = threadIdx.x & 31;
-    const int head0 = Pv::head_of(lane, 0);  // element e holds head head0 + (e & 1)
+    // This warp merges the streams' warps of its row tile: warps row_tile + s · row_warps.
+    const int head0 = role.row_tile * 8 + Pv::head_of(lane, 0);  // element e holds row head0 + (e & 1)
     if (head0 >= work.heads) return;
+    const int merged0 = role.row_tile;
     float mx[2] = {negative_infinity(), negative_infinity()};
     float2 warp_m[kWarps], warp_l[kWarps];
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + head0);
-      warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, w) + 8 + head0);
+      if (w >= role.streams) break;
+      warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, merged0 + w * role.row_warps) + Pv::head_of(lane, 0));
+      warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, merged0 + w * role.row_warps) + 8 + Pv::head_of(lane, 0));
       mx[0] = softmax::max_keep_nan(mx[0], warp_m[w].x);
       mx[1] = softmax::max_keep_nan(mx[1], warp_m[w].y);
     }
     float weight[kWarps][2], l[2] = {0.f, 0.f};
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
+      if (w >= role.streams) break;
       weight[w][0] = softmax::rescale_factor(warp_m[w].x, mx[0]);
       weight[w][1] = softmax::rescale_factor(warp_m[w].y, mx[1]);
       l[0] += warp_l[w].x * weight[w][0];
@@ -223,56 +358,59 @@ struct DecodeCtaSm80 {
     // (ncu: the divisions' dependent chains, then the per-element address arithmetic and
     // branches, were most of the CTA's tail).
     const float out_scale = a.num_chunks == 1 ? v_scale_of(a) : 1.f;
-    const bool second = head0 + 1 < work.heads;  // a padded head past the group is not written
+    const bool second = head0 + 1 < work.heads;  // a padded row past the CTA's is not written
+    const QueryRow q0 = query_row<kMulti, Variant>(a, work, head0);
+    const QueryRow q1 = query_row<kMulti, Variant>(a, work, head0 + (second ? 1 : 0));
     // With one chunk a head's sink joins its (m, l) here (with several, in the combine); the
     // warps' weights stay in the old frame, so the factor goes into the rows' scale.
     float fold[2] = {1.f, 1.f};
     bool sink_folded = false;
     if constexpr (Variant::kSinks) {
       if (a.num_chunks == 1 && a.sinks) {
-        fold[0] = Variant::fold_sink(Variant::sink_log2(a, work.q_head0 + head0), mx[0], l[0]);
-        if (second) fold[1] = Variant::fold_sink(Variant::sink_log2(a, work.q_head0 + head0 + 1), mx[1], l[1]);
+        fold[0] = Variant::fold_sink(Variant::sink_log2(a, q0.q_head), mx[0], l[0]);
+        if (second) fold[1] = Variant::fold_sink(Variant::sink_log2(a, q1.q_head), mx[1], l[1]);
         sink_folded = true;
       }
     }
-    const Row row0(a, work, work.q_head0 + head0, l[0], __fdividef(out_scale * fold[0], l[0]), bad_page);
-    const Row row1(a, work, work.q_head0 + head0 + (second ? 1 : 0), l[1], __fdividef(out_scale * fold[1], l[1]),
-                   bad_page);
-    if (threadIdx.x < 32 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
-      store_head_stats(a, work, work.q_head0 + head0, mx[0], l[0], bad_page, sink_folded);
-      if (second) store_head_stats(a, work, work.q_head0 + head0 + 1, mx[1], l[1], bad_page, sink_folded);
+    const Row row0(a, work, q0, l[0], __fdividef(out_scale * fold[0], l[0]), bad_page);
+    const Row row1(a, work, q1, l[1], __fdividef(out_scale * fold[1], l[1]), bad_page);
+    if (role.stream == 0 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
+      store_head_stats(a, work, q0, mx[0], l[0], bad_page, sink_folded);
+      if (second) store_head_stats(a, work, q1, mx[1], l[1], bad_page, sink_folded);
     }
     if (a.num_chunks == 1) {
-      write_fragments<false>(smem, weight, row0, row1, second);
+      write_fragments<false>(smem, role, weight, row0, row1, second);
     } else {
-      write_fragments<true>(smem, weight, row0, row1, second);
+      write_fragments<true>(smem, role, weight, row0, row1, second);
     }
   }
 
-  // The thread's fragments (lane `threadIdx.x % 32`, m-tiles threadIdx.x / 32 + j * W), each
-  // the weighted sum of the warps' and written as two pairs of neighbouring dims, one a head
-  // (elements e and e + 2 are dims d and d + 1 of head e: Sm80PvConsumer::dim_of).
+  // The thread's fragments (lane `threadIdx.x % 32`, m-tiles stream + j · streams), each the
+  // weighted sum of its row tile's warps' and written as two pairs of neighbouring dims, one
+  // a head (elements e and e + 2 are dims d and d + 1 of head e: Sm80PvConsumer::dim_of).
   template <bool kSplit>
-  VXQA_DEVICE static void write_fragments(const uint8_t* smem, const float (&weight)[Config::kWarps][2],
-                                          const Row& row0, const Row& row1, bool second) {
-    constexpr int kFragments = kMTiles * 32;
+  VXQA_DEVICE static void write_fragments(const uint8_t* smem, const WarpRole& role,
+                                          const float (&weight)[Config::kWarps][2], const Row& row0, const Row& row1,
+                                          bool second) {
     const int lane = threadIdx.x & 31;
 #pragma unroll 1
-    for (int j = 0; j < (kFragments + Config::kThreads - 1) / Config::kThreads; ++j) {
-      const int fragment = threadIdx.x + j * Config::kThreads;
-      if (fragment >= kFragments) break;
+    for (int m = role.stream; m < kMTiles; m += role.streams) {
       float4 part[Config::kWarps];
 #pragma unroll
-      for (int w = 0; w < Config::kWarps; ++w) part[w] = *reinterpret_cast<const float4*>(warp_o(smem, w) + fragment * 4);
+      for (int w = 0; w < Config::kWarps; ++w) {
+        if (w >= role.streams) break;
+        part[w] = *reinterpret_cast<const float4*>(warp_o(smem, role.row_tile + w * role.row_warps) + (m * 32 + lane) * 4);
+      }
       float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int w = 0; w < Config::kWarps; ++w) {
+        if (w >= role.streams) break;
         o.x += part[w].x * weight[w][0];
         o.y += part[w].y * weight[w][1];
         o.z += part[w].z * weight[w][0];
         o.w += part[w].w * weight[w][1];
       }
-      const int dim = Pv::dim_of(lane, fragment / 32, 0);
+      const int dim = Pv::dim_of(lane, m, 0);
       row0.template store_pair<kSplit>(dim, o.x, o.z);
       if (second) row1.template store_pair<kSplit>(dim, o.y, o.w);
     }

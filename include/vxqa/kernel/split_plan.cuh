@@ -18,6 +18,9 @@ struct DecodePlan {
   // > 0: every step's sliding window is 1..max_window tokens, and the chunks cover only
   // the keys a window can reach (plan_span); 0: any window, chunks over max_context.
   int max_window = 0;
+  // The most query tokens a sequence may have in a step (1: decode; up to the Config's
+  // opt::MaxQueryLen): the workspace holds partials for max_batch * max_q_len rows.
+  int max_q_len = 1;
 };
 
 // A window's chunks start at the multiple of this many tokens at or below its first key,
@@ -26,22 +29,24 @@ inline constexpr int kWindowChunkAlign = 16;
 
 // The keys a step may read of one sequence, which the plan's chunks cover: max_context, or
 // with a window of at most max_window keys, those and up to kWindowChunkAlign - 1 before
-// them (a window's chunks start 16-aligned: kernel/attention_variant.cuh).
-VXQA_HD int plan_span(int max_context, int max_window) {
-  const int64_t window_span = int64_t(max_window) + kWindowChunkAlign - 1;
+// them (a window's chunks start 16-aligned: kernel/attention_variant.cuh), and with up to
+// max_q_len query tokens the max_q_len - 1 keys by which the first token's window starts
+// earlier than the last's.
+VXQA_HD int plan_span(int max_context, int max_window, int max_q_len = 1) {
+  const int64_t window_span = int64_t(max_window) + (max_q_len - 1) + kWindowChunkAlign - 1;
   return max_window > 0 && window_span < max_context ? int(window_span) : max_context;
 }
 
 // Workspace: [error word, padded to 256 B][partial LSE][CTA error words][partial O], each
-// area padded to 256 B. With several chunks there is one slot a (sequence, query head,
-// chunk): its partial LSE, the ErrorBit bits of the CTA that computed it (the combine ORs
+// area padded to 256 B. With several chunks there is one slot a (row, query head, chunk),
+// a row being (sequence, query token): max_batch · max_q_len of them. A slot holds its partial LSE, the ErrorBit bits of the CTA that computed it (the combine ORs
 // them into the error word, so that the step needs no memset before it) and its partial O.
 // One chunk: only the error word.
 struct WorkspaceLayout {
   size_t partial_lse, chunk_errors, partial_o, bytes;  // byte offsets, and the total
 };
-VXQA_HD WorkspaceLayout workspace_layout(int max_batch, int q_heads, int num_chunks, int head_dim) {
-  const size_t slots = num_chunks > 1 ? size_t(max_batch) * q_heads * num_chunks : 0;
+VXQA_HD WorkspaceLayout workspace_layout(int max_rows, int q_heads, int num_chunks, int head_dim) {
+  const size_t slots = num_chunks > 1 ? size_t(max_rows) * q_heads * num_chunks : 0;
   const size_t words = (slots * 4 + 255) / 256 * 256;  // one 4-byte word a slot, padded
   WorkspaceLayout w;
   w.partial_lse = 256;
@@ -50,8 +55,8 @@ VXQA_HD WorkspaceLayout workspace_layout(int max_batch, int q_heads, int num_chu
   w.bytes = w.partial_o + slots * head_dim * 4;
   return w;
 }
-VXQA_HD size_t plan_workspace_bytes(int max_batch, int q_heads, int num_chunks, int head_dim) {
-  return workspace_layout(max_batch, q_heads, num_chunks, head_dim).bytes;
+VXQA_HD size_t plan_workspace_bytes(int max_rows, int q_heads, int num_chunks, int head_dim) {
+  return workspace_layout(max_rows, q_heads, num_chunks, head_dim).bytes;
 }
 
 // The combine's slice width for a plan (kernel/combine_kernel.cuh): 64 dims (4 chunk

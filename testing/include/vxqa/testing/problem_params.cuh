@@ -3,6 +3,7 @@
 // place where the demo, the benchmark, the tests and a user's own checks map a random
 // problem onto the public API.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <vxqa/api/params.cuh>
@@ -18,13 +19,21 @@ struct DeviceProblemBuffers {
   void* out = nullptr;                   // fp16 [batch, Hq, D], contiguous
   float* lse = nullptr;                  // optional fp32 [batch, Hq]
   const float* sinks = nullptr;          // copy of RandomProblem::sinks, when it has them
+  const int32_t* q_indptr = nullptr;     // copy of RandomProblem::q_indptr, when it has one
 };
 
-// The problem's variant (window, soft-cap, sinks) comes along; a multi-token problem
-// (q_indptr) has no DecodeParams and is refused.
+// The most query tokens of any sequence of `p` (1 without q_indptr).
+inline int problem_max_q_len(const reference::RandomProblem& p) {
+  int most = 1;
+  for (int b = 0; b < p.batch; ++b) most = std::max(most, p.query_count(b));
+  return most;
+}
+
+// The problem's variant (window, soft-cap, sinks) and its query tokens (q_indptr: rows
+// [num_tokens, Hq, D] of q and out) come along.
 inline DecodeParams problem_params(const reference::RandomProblem& p, const DeviceProblemBuffers& d) {
-  if (!p.q_indptr.empty())
-    throw std::invalid_argument("vxqa::problem_params: a multi-token problem (q_indptr) has no DecodeParams");
+  if (!p.q_indptr.empty() && !d.q_indptr)
+    throw std::invalid_argument("vxqa::problem_params: the problem has several query tokens: give q_indptr's device copy");
   if (!p.sinks.empty() && !d.sinks)
     throw std::invalid_argument("vxqa::problem_params: the problem has sinks: give their device copy");
   const int64_t element_bytes = reference::element_bytes(p.format);
@@ -59,6 +68,8 @@ inline DecodeParams problem_params(const reference::RandomProblem& p, const Devi
   params.sliding_window = p.window;
   params.logit_softcap = p.logit_softcap;
   params.sinks = p.sinks.empty() ? nullptr : d.sinks;
+  params.q_indptr = p.q_indptr.empty() ? nullptr : d.q_indptr;
+  params.max_q_len = problem_max_q_len(p);
   return params;
 }
 
