@@ -3,7 +3,7 @@
 // measured in the same run, prints a table and writes JSON.
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
-//                 --contexts | --breakdown | --profile [--shape N]]
+//                 --contexts | --breakdown | --variants | --queries | --profile [--shape N]]
 // --experiment [--shape N] times the default atom over chunk sizes (one wave of CTAs against
 // several; N: only the N-th sweep);
 // --plans times every shape with its default plan (choose_wave_chunk_tokens in the SM80
@@ -16,6 +16,8 @@
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's reset, with the combine, an empty kernel) to place the fixed costs;
+// --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
+// against G 6 over the same KV;
 // --profile [--shape N] runs only shape N (default 0, the seed shape) with its default plan, for ncu.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
@@ -63,6 +65,7 @@ struct VariantValues {
   int window = 0;
   float softcap = 0.f;
   bool sinks = false;
+  int q_len = 1;  // query tokens a sequence (> 1: q_indptr, uniform; the Config's MaxQueryLen)
 };
 
 struct Result {
@@ -139,7 +142,9 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   int max_len = 1;
   for (int len : p.seq_lens)
     tokens += variant.window > 0 ? std::min(len, variant.window) : len, max_len = std::max(max_len, len);
-  const double bytes = double(tokens) * p.kv_heads * p.head_dim * 2 + 4.0 * p.batch * p.query_heads() * p.head_dim;
+  const int q_len = variant.q_len;
+  const double bytes =
+      double(tokens) * p.kv_heads * p.head_dim * 2 + 4.0 * p.batch * q_len * p.query_heads() * p.head_dim;
 
   const int copies = std::min(16, std::max(1, int(4.0 * l2_bytes / p.cache.size()) + 1));
   std::vector<unsigned char*> caches(copies);
@@ -148,20 +153,27 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
     DEMO_CHECK(cudaMemcpy(c, p.cache.data(), p.cache.size(), cudaMemcpyHostToDevice));
   }
   uint16_t *q, *out;
-  int32_t *table, *lens;
-  DEMO_CHECK(cudaMalloc(&q, p.q.size() * 2));
-  DEMO_CHECK(cudaMalloc(&out, p.q.size() * 2));
+  int32_t *table, *lens, *q_indptr = nullptr;
+  DEMO_CHECK(cudaMalloc(&q, p.q.size() * 2 * q_len));
+  DEMO_CHECK(cudaMalloc(&out, p.q.size() * 2 * q_len));
   DEMO_CHECK(cudaMalloc(&table, p.block_table.size() * 4));
   DEMO_CHECK(cudaMalloc(&lens, p.seq_lens.size() * 4));
-  DEMO_CHECK(cudaMemcpy(q, p.q.data(), p.q.size() * 2, cudaMemcpyHostToDevice));
+  for (int t = 0; t < q_len; ++t)  // each query token a copy of the problem's q rows
+    DEMO_CHECK(cudaMemcpy(q + t * p.q.size(), p.q.data(), p.q.size() * 2, cudaMemcpyHostToDevice));
+  if (q_len > 1) {  // sequence b's tokens: rows b · q_len ...
+    std::vector<int32_t> indptr(p.batch + 1);
+    for (int b = 0; b <= p.batch; ++b) indptr[b] = b * q_len;
+    DEMO_CHECK(cudaMalloc(&q_indptr, indptr.size() * 4));
+    DEMO_CHECK(cudaMemcpy(q_indptr, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  }
   DEMO_CHECK(cudaMemcpy(table, p.block_table.data(), p.block_table.size() * 4, cudaMemcpyHostToDevice));
   DEMO_CHECK(cudaMemcpy(lens, p.seq_lens.data(), p.seq_lens.size() * 4, cudaMemcpyHostToDevice));
 
   vxqa::DecodePlan plan;
   const vxqa::Status planned =
       chunk_tokens ? vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, sms, &plan, chunk_tokens, 4,
-                                                    1, variant.window)
-                   : vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan, variant.window);
+                                                    1, variant.window, q_len)
+                   : vxqa::make_decode_plan<Config>(p.batch, max_len, p.kv_heads, p.group, &plan, variant.window, q_len);
   if (!planned.ok()) {
     std::fprintf(stderr, "make_decode_plan: %s\n", planned.message().c_str());
     std::exit(1);
@@ -182,6 +194,8 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
     params[i].sliding_window = variant.window;
     params[i].logit_softcap = variant.softcap;
     params[i].sinks = sinks;
+    params[i].q_indptr = q_indptr;
+    params[i].max_q_len = q_len;
   }
   auto step_all = [&] {
     for (int i = 0; i < copies; ++i) {
@@ -230,6 +244,7 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
   DEMO_CHECK(cudaFree(lens));
   DEMO_CHECK(cudaFree(workspace));
   if (sinks) DEMO_CHECK(cudaFree(sinks));
+  if (q_indptr) DEMO_CHECK(cudaFree(q_indptr));
 
   const double best = std::min(eager, replay);
   Result r{shape, name.empty() ? config_name<Config>() : name, Config::kHeadDim, tokens, bytes / 1e6, eager, replay, bytes / (best * 1e3), 0,
@@ -316,7 +331,7 @@ int main(int argc, char** argv) {
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
     else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown" ||
-             k == "--ramp" || k == "--variants")
+             k == "--ramp" || k == "--variants" || k == "--queries")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
     else {
@@ -436,6 +451,31 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<Window>(shapes[0], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
     results.push_back(run_shape<E5m2>(page16_4k, stream, sms, l2, copy, 0, "plain"));
     results.push_back(run_shape<Window>(shapes[1], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
+  } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
+    namespace opt = vxqa::opt;
+    // 8 warps: up to 64 rows a CTA share each K/V tile (row_tiling).
+    using Multi = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::MaxQueryLen<16>, opt::Warps<8>>;
+    using Multi4 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::MaxQueryLen<16>>;
+    for (int i : {0, 3}) {
+      results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));
+      for (int q_len : {1, 2, 4, 8, 16}) {
+        const std::string name = "multi-token, 8 warps, q_len " + std::to_string(q_len);
+        results.push_back(run_shape<Multi>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
+      }
+      for (int q_len : {4, 16}) {
+        const std::string name = "multi-token, 4 warps, q_len " + std::to_string(q_len);
+        results.push_back(run_shape<Multi4>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
+      }
+    }
+    // G 12 (two 8-row tiles) against G 6 over the same KV: the plain Config's two CTAs a KV
+    // head, and the multi-token Config's one.
+    static const Shape g12{"G12 B16 ragged ~17.8K, page 800", 16, 17800, 800, 12, 1, true};
+    static const Shape g12_1k{"G12 B16 x 1K, page 800", 16, 1024, 800, 12, 1, false};
+    for (const Shape* g : {&g12, &g12_1k}) {
+      results.push_back(run_shape<E5m2>(*g, stream, sms, l2, copy, 0, "plain (two CTAs a KV head)"));
+      results.push_back(run_shape<Multi>(*g, stream, sms, l2, copy, 0, "multi-token, 8 warps (one CTA)"));
+      results.push_back(run_shape<Multi4>(*g, stream, sms, l2, copy, 0, "multi-token, 4 warps (one CTA)"));
+    }
   } else if (mode == "profile") {  // one shape, for ncu
     const int profile_shape = shape_arg < 0 ? 0 : shape_arg;
     if (profile_shape >= vxqa_bench::kShapeCount) {
@@ -490,11 +530,12 @@ int main(int argc, char** argv) {
                    "\"kv_heads\": %d, \"head_dim\": %d, \"ragged\": %s, \"tokens\": %lld, \"mbytes\": %.3f, "
                    "\"eager_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"pct_copy\": %.2f, "
                    "\"chunk_tokens\": %d, \"num_chunks\": %d, \"cache_copies\": %d, \"window\": %d, "
-                   "\"softcap\": %.1f, \"sinks\": %s, \"lens\": [%s]}%s\n",
+                   "\"softcap\": %.1f, \"sinks\": %s, \"q_len\": %d, \"lens\": [%s]}%s\n",
                    r.shape.name, r.config.c_str(), r.shape.batch, r.shape.context, r.shape.page, r.shape.group, r.shape.kv_heads,
                    r.head_dim, r.shape.ragged ? "true" : "false", r.tokens, r.mbytes, r.eager_us, r.graph_us, r.gbs,
                    r.pct_copy, r.chunk, r.chunks, r.copies, r.variant.window, double(r.variant.softcap),
-                   r.variant.sinks ? "true" : "false", join(r.lens).c_str(), i + 1 < results.size() ? "," : "");
+                   r.variant.sinks ? "true" : "false", r.variant.q_len, join(r.lens).c_str(),
+                   i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"append\": [\n");
     for (size_t i = 0; i < appends.size(); ++i) {

@@ -10,6 +10,7 @@
 #   bench.json bench.log                 the decode benchmark
 #   host-cost.json host-cost.log         a decode() call's host time and the opt-in's share (step "hostcost")
 #   variants.json variants.log           the attention variants against plain attention (step "variants")
+#   queries.json queries.log             several query tokens a sequence, G 12 against G 6 (step "queries")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
 #                                        plan against the rule it replaced ("plans"); ramp.json
@@ -174,6 +175,13 @@ step_variants() {  # the attention variants against plain attention (bench --var
   ./build-gpu/bench/vxqa_decode_bench --variants --json "$out/variants.json" --commit "$commit" >"$out/variants.log" 2>&1
   note "variants: rc $?, $((SECONDS - start)) s"
   cat "$out/variants.log"
+}
+
+step_queries() {  # several query tokens a sequence, and G 12 against G 6 (bench --queries)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --queries --json "$out/queries.json" --commit "$commit" >"$out/queries.log" 2>&1
+  note "queries: rc $?, $((SECONDS - start)) s"
+  cat "$out/queries.log"
 }
 
 step_plans() {  # each shape's default plan against the rule it replaced

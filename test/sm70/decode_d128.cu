@@ -23,4 +23,7 @@ template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvTyp
 // Every attention variant flag (kernel/attention_variant.cuh).
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kAllVariantFlags>>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<128>(const vxqa::DecodeKernelArgs);
+// The Decoder's multi-token Config: every variant flag, 16 query tokens, 8 warps.
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2, vxqa::opt::Warps<8>, vxqa::opt::Variant<vxqa::kAllVariantFlags>, vxqa::opt::MaxQueryLen<16>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::combine_kernel<128, vxqa::ActType::kFp16, 64, vxqa::AttentionVariant<vxqa::kAllVariantFlags>, true>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<128, vxqa::ActType::kFp16, 64, vxqa::AttentionVariant<vxqa::kAllVariantFlags>>(const vxqa::DecodeKernelArgs);

@@ -24,6 +24,9 @@ template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvTyp
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kLogitSoftCap>>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kAttentionSinks>>>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Variant<vxqa::kAllVariantFlags>>>(const vxqa::DecodeKernelArgs);
+// Multi-token queries (opt::MaxQueryLen): rows as (token, head) pairs, per-row causal limits.
+template __global__ void vxqa::decode_kernel<vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::MaxQueryLen<4>>>(const vxqa::DecodeKernelArgs);
+template __global__ void vxqa::combine_kernel<256, vxqa::ActType::kFp16, 64, vxqa::PlainAttention, true>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256, vxqa::ActType::kFp16, 16>(const vxqa::DecodeKernelArgs);
 template __global__ void vxqa::combine_kernel<256, vxqa::ActType::kFp16, 64, vxqa::AttentionVariant<vxqa::kAllVariantFlags>>(const vxqa::DecodeKernelArgs);

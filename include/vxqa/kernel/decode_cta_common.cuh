@@ -56,6 +56,29 @@ VXQA_DEVICE QueryRow query_row(const DecodeKernelArgs& a, const CtaWork& w, int 
   }
 }
 
+// The keys a lane's two accumulator rows (kMultiToken) see within the chunk, in one
+// register: row c sees [w.first + first delta, w.end - end delta). The deltas are 0..15: the
+// tokens' limits lie within max_q_len - 1 of one another (a padded row's are clamped: it is
+// never written).
+struct LaneRowLimits {
+  uint32_t packed;  // end deltas in bytes 0 and 1, first deltas in bytes 2 and 3
+  VXQA_DEVICE int end(const CtaWork& w, int c) const { return w.end - int((packed >> (8 * c)) & 0xffu); }
+  VXQA_DEVICE int first(const CtaWork& w, int c) const { return w.first + int((packed >> (16 + 8 * c)) & 0xffu); }
+};
+template <class Variant>
+VXQA_DEVICE LaneRowLimits lane_row_limits(const DecodeKernelArgs& a, const CtaWork& w, int row0, int row1) {
+  uint32_t packed = 0u;
+  const int rows[2] = {row0, row1};
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const QueryRow row = query_row<true, Variant>(a, w, rows[c]);
+    const int end_delta = w.end - min(w.end, row.end), first_delta = row.first - w.first;
+    packed |= uint32_t(min(max(end_delta, 0), 255)) << (8 * c);
+    packed |= uint32_t(min(max(first_delta, 0), 255)) << (16 + 8 * c);
+  }
+  return LaneRowLimits{packed};
+}
+
 // Fills `w`; false when the CTA has nothing to do. A bad length: with one chunk flagged here
 // and its outputs written as NaN; with several, the combine does both.
 template <class Config>

@@ -52,12 +52,6 @@ struct DecodeCtaSm70 {
   using Variant = typename Config::Variant;
   static constexpr bool kMulti = Config::kMultiToken;
 
-  // kMulti: the keys [first, end) of the lane's two accumulator rows (c_row(lane, 0) and
-  // c_row(lane, 2)), within the chunk.
-  struct LaneRows {
-    int first[2], end[2];
-  };
-
   VXQA_DEVICE static void run(const DecodeKernelArgs& a, uint8_t* smem) {
     CtaWork work;
     if (!find_cta_work<Config>(a, work)) return;
@@ -80,15 +74,9 @@ struct DecodeCtaSm70 {
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(seq_index, kv_head);
 
-    LaneRows rows{};
-    if constexpr (kMulti) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const QueryRow r = query_row<kMulti, Variant>(a, work, mma::c_row(lane, 2 * c));
-        rows.first[c] = r.first;
-        rows.end[c] = min(r.end, work.end);
-      }
-    }
+    // kMulti: the keys of the lane's two accumulator rows, c_row(lane, 0) and c_row(lane, 2).
+    LaneRowLimits rows{0u};
+    if constexpr (kMulti) rows = lane_row_limits<Variant>(a, work, mma::c_row(lane, 0), mma::c_row(lane, 2));
 
     softmax::RowState row = softmax::empty_row();
     float o[Pv::kNBlocks][8];
@@ -128,7 +116,7 @@ struct DecodeCtaSm70 {
             publisher.publish();
             float s[8];
             Qk::run(q_tile, publisher.tile, s);
-            store_scores(s, tiles.start(j), work.end, rows, Variant::prepare(a, qk_scale_log2_of(a), work.first),
+            store_scores(s, tiles.start(j), work, rows, Variant::prepare(a, qk_scale_log2_of(a), work.first),
                          s_tile);
             __syncwarp();
             row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
@@ -164,7 +152,15 @@ struct DecodeCtaSm70 {
       merge_ml[8 + softmax::softmax_row(lane)] = row.l;
     }
     __syncthreads();
-    merge_and_write(a, smem, work, cta_bad_page);
+    if constexpr (kMulti) {
+      // The rows' fields (the query tokens, the length) are read again rather than held in
+      // registers through the loop: at D 256 that made NVRTC 12.8's ptxas spill on sm_70.
+      CtaWork again;
+      find_cta_work<Config>(a, again);
+      merge_and_write(a, smem, again, cta_bad_page);
+    } else {
+      merge_and_write(a, smem, work, cta_bad_page);
+    }
   }
 
   // Loads stream piece `k` (K pieces 0..P-1, then V pieces P..2P-1) of this warp's tile j.
@@ -195,15 +191,16 @@ struct DecodeCtaSm70 {
   // The QK accumulators as base-2 logits, tokens at or past `end` masked (kMulti: past the
   // row's own end, and before its first key), through the variant's score. Elements i and
   // i + 1 (i even) are adjacent tokens of one head row: one 8-byte store.
-  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, int end, const LaneRows& rows,
-                                       typename Variant::Scores scores, uint8_t* s_tile) {
+  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, const CtaWork& work,
+                                       const LaneRowLimits& rows, typename Variant::Scores scores, uint8_t* s_tile) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {
       const int token = Qk::c_token(lane, i);
+      int end = work.end;
       if constexpr (kMulti) {
-        end = rows.end[(i >> 1) & 1];
-        scores.first = rows.first[(i >> 1) & 1];
+        end = rows.end(work, (i >> 1) & 1);
+        if constexpr (Variant::kWindow) scores.first = rows.first(work, (i >> 1) & 1);
       }
       const int live = end - tile_start - token;  // 1: only the first of the pair is live
       const float2 v = make_float2(Variant::score(scores, s[i], live > 0, tile_start + token),

@@ -62,10 +62,6 @@ struct DecodeCtaSm80 {
       return WarpRole{1, 0, warp, Config::kWarps};
     }
   }
-  // The keys [first, end) that the lane's two accumulator columns' rows see (kMulti).
-  struct LaneRows {
-    int first[2], end[2];
-  };
 
   // Per warp: kStages x [K tile | V tile]; after the loop, its merge area: O in fragment
   // order ([m-tile][lane][element]: one 16-byte store or load a fragment, conflict-free),
@@ -91,15 +87,10 @@ struct DecodeCtaSm80 {
                                                     q_of.q_head * a.q_head_stride
                                               : nullptr;
     const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
-    LaneRows rows{};
+    LaneRowLimits rows{0u};
     if constexpr (kMulti) {  // the lane's accumulator columns: rows 2t, 2t + 1 of its tile
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const QueryRow row =
-            query_row<kMulti, Variant>(a, work, role.row_tile * 8 + 2 * mma::m16n8k16::thread_in_group(lane) + c);
-        rows.first[c] = row.first;
-        rows.end[c] = min(row.end, work.end);
-      }
+      const int row0 = role.row_tile * 8 + 2 * mma::m16n8k16::thread_in_group(lane);
+      rows = lane_row_limits<Variant>(a, work, row0, row0 + 1);
     }
 
     // Tiles of pages of a multiple of 16 tokens start 16-aligned (work.begin is: the window's
@@ -162,7 +153,15 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     VXQA_TIMELINE_PROBE(a, kProbeDecodeGathered);
-    merge_and_write(a, smem, work, role, cta_bad_page);
+    if constexpr (kMulti) {
+      // The rows' fields (the query tokens, the length) are read again rather than held in
+      // registers through the loop: at D 256 that made ptxas 11.8 spill.
+      CtaWork again;
+      find_cta_work<Config>(a, again);
+      merge_and_write(a, smem, again, cta_bad_page);
+    } else {
+      merge_and_write(a, smem, work, cta_bad_page);
+    }
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWritten);
   }
 
@@ -249,7 +248,7 @@ struct DecodeCtaSm80 {
   // barrier also tells its copier that every warp is done with it.
   template <bool kOnePage>
   VXQA_DEVICE static void shared_stream(const DecodeKernelArgs& a, const CtaWork& work, const WarpRole& role,
-                                        const LaneRows& rows, const Tiles& tiles, const Sequence& seq,
+                                        const LaneRowLimits& rows, const Tiles& tiles, const Sequence& seq,
                                         const typename Qk::QFragments& qf, uint8_t* stream_area,
                                         softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page) {
     const int lane = threadIdx.x & 31;
@@ -283,9 +282,6 @@ struct DecodeCtaSm80 {
       arch::cp_async_commit();
     };
     const typename Variant::Scores base = Variant::prepare(a, qk_scale_log2_of(a), work.first);
-    typename Variant::Scores scores[2] = {base, base};
-    scores[0].first = rows.first[0];
-    scores[1].first = rows.first[1];
 
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier);
@@ -306,7 +302,9 @@ struct DecodeCtaSm80 {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int token = row0 + (e >> 1) * 8;
-        s[e] = Variant::score(scores[e & 1], s[e], token < rows.end[e & 1], token);
+        typename Variant::Scores row_scores = base;  // the row's limits, unpacked where used
+        if constexpr (Variant::kWindow) row_scores.first = rows.first(work, e & 1);
+        s[e] = Variant::score(row_scores, s[e], token < rows.end(work, e & 1), token);
       }
       uint32_t p[2];
       float alpha[2];
@@ -327,8 +325,9 @@ struct DecodeCtaSm80 {
   // loads are independent of one another: the CTA's tail is a few shared-memory round
   // trips, not one a fragment element (docs/performance.md, "The CTA's tail").
   VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
-                                          const WarpRole& role, bool bad_page) {
+                                          bool bad_page) {
     constexpr int kWarps = Config::kWarps;
+    const WarpRole role = warp_role(a);  // worked out again: not a register held through the loop
     static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
     const int lane = threadIdx.x & 31;
     // This warp merges the streams' warps of its row tile: warps row_tile + s · row_warps.
@@ -393,8 +392,15 @@ struct DecodeCtaSm80 {
                                           const float (&weight)[Config::kWarps][2], const Row& row0, const Row& row1,
                                           bool second) {
     const int lane = threadIdx.x & 31;
+    // One query token: m-tile (threadIdx.x + j · threads) / 32, as before multi-token
+    // queries (warp + j · W written from the warp role made ptxas 11.8 spill 4 bytes in
+    // the window Config at D 256 for sm_90).
+    const int count = kMulti ? (kMTiles + role.streams - 1) / role.streams
+                             : (kMTiles * 32 + Config::kThreads - 1) / Config::kThreads;
 #pragma unroll 1
-    for (int m = role.stream; m < kMTiles; m += role.streams) {
+    for (int j = 0; j < count; ++j) {
+      const int m = kMulti ? role.stream + j * role.streams : int(threadIdx.x + j * Config::kThreads) / 32;
+      if (m >= kMTiles) break;
       float4 part[Config::kWarps];
 #pragma unroll
       for (int w = 0; w < Config::kWarps; ++w) {
