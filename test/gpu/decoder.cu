@@ -296,3 +296,99 @@ TEST_CASE("Decoder picks a Config by the shape's variant flags", "[decoder]") {
   CHECK(none.field() == "head_dim");
   CHECK(none.message().find("variant flags 4") != std::string::npos);
 }
+
+// The shape's query tokens pick the Config too: more than 8 rows a KV head (G · max_q_len)
+// take a multi-token Config (one KV read for them all) when the list has one, at most 8 one
+// of one token; a max_q_len no Config takes is refused by name. Then a multi-token step
+// through the chosen Config matches the reference.
+TEST_CASE("Decoder picks a Config by the shape's query tokens, and decodes several a sequence",
+          "[decoder]") {
+  namespace opt = vxqa::opt;
+  using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::PageSize<16>>,
+                                vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Warps<8>, opt::MaxQueryLen<8>>,
+                                vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>>;
+  using Decoder = vxqa::Decoder<List>;
+  vxqa::DecoderShape s;
+  s.head_dim = 64;
+  s.cache_type = vxqa::KvType::kE5M2;
+  s.page_size = 16;
+  s.num_kv_heads = 2;
+  s.max_batch = 4;
+  s.max_context = 2048;
+  struct Want {
+    int group, max_q_len;
+    unsigned variant;
+    const char* config;
+  };
+  const Want cases[] = {{4, 1, 0u, "D64 e5m2 fp16 W4 page16"},
+                        {4, 2, 0u, "D64 e5m2 fp16 W8 page* q8"},  // the one Config that takes 2 tokens
+                        {12, 1, 0u, "D64 e5m2 fp16 W8 page* q8"},
+                        {4, 3, 0u, "D64 e5m2 fp16 W8 page* q8"},
+                        {1, 8, 0u, "D64 e5m2 fp16 W8 page* q8"},
+                        {4, 3, vxqa::kSlidingWindow, "none: no Config has both"}};
+  for (const Want& w : cases) {
+    s.group_size = w.group;
+    s.max_q_len = w.max_q_len;
+    s.variant = w.variant;
+    Decoder::Choice choice;
+    const vxqa::Status st = Decoder::choose(s, &choice);
+    INFO("G " << w.group << " max_q_len " << w.max_q_len << " variant " << w.variant << ": " << st.message());
+    if (w.max_q_len > 1 && w.variant) {  // no Config has both: refused
+      CHECK(st.field() == "head_dim");
+      continue;
+    }
+    REQUIRE(st.ok());
+    CHECK(Decoder::config_name(choice) == w.config);
+    CHECK(choice.plan.max_q_len == w.max_q_len);
+  }
+  s.group_size = 4;
+  s.variant = 0u;
+  s.max_q_len = 9;  // above every Config's MaxQueryLen
+  Decoder::Choice choice;
+  CHECK(Decoder::choose(s, &choice).field() == "head_dim");
+  s.max_q_len = 0;
+  CHECK(Decoder::choose(s, &choice).field() == "max_q_len");
+
+  // A ragged multi-token step through the default list's Decoder.
+  vxqa::reference::RandomProblemOptions o = vxqa_test::aligned_options<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>>();
+  o.kv_heads = 2;
+  o.group = 6;
+  o.page_size = 16;
+  o.q_len = 5;
+  o.ragged = true;
+  o.seq_lens = {5, 40, 300, 1000};
+  o.batch = 4;
+  const vxqa::reference::RandomProblem p = vxqa::reference::make_random_problem(o, 14000);
+  vxqa::DecoderShape shape;
+  shape.head_dim = 128;
+  shape.cache_type = vxqa::KvType::kE5M2;
+  shape.page_size = 16;
+  shape.num_kv_heads = 2;
+  shape.group_size = 6;
+  shape.max_batch = 4;
+  shape.max_context = 1000;
+  shape.max_q_len = 5;
+  vxqa::Decoder<> decoder;
+  const vxqa::Status init = decoder.init(shape);
+  INFO(init.message());
+  REQUIRE(init.ok());
+  CHECK(decoder.config_name() == "D128 e5m2 fp16 W8 page* +window +softcap +sinks q16");
+  const vxqa_test::DeviceProblem d(p);
+  vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.max_q_len = 5;
+  vxqa_test::DeviceBuffer<uint16_t> out(size_t(p.num_tokens) * p.query_heads() * p.head_dim);
+  vxqa_test::DeviceBuffer<float> lse(size_t(p.num_tokens) * p.query_heads());
+  out.poison(vxqa_test::kNanPoison);
+  lse.poison(vxqa_test::kNanPoison);
+  params.out = out.get();
+  params.lse = lse.get();
+  const vxqa::Status decoded = decoder.decode(params, 0);
+  INFO(decoded.message());
+  REQUIRE(decoded.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  vxqa_test::DecodeResult r;
+  r.out = out.download();
+  r.lse = lse.download();
+  REQUIRE(decoder.read_errors(0, &r.errors).ok());
+  vxqa_test::check_against_reference(p, r);
+}
