@@ -6,12 +6,15 @@ NHD, one K and one V pool) and writes its own JSON in the same format.
 A measuring instrument only, never a dependency: it needs torch and the FlashInfer wheel
 (../shared/peers/README.md says how to carry it to the GPU machine).
 
-Usage: flashinfer_peer.py VXQA_BENCH.json OUT.json [--tensor-cores-only] [--variants]
+Usage: flashinfer_peer.py VXQA_BENCH.json OUT.json [--tensor-cores-only] [--variants | --queries]
 --variants: the rows of a `vxqa_decode_bench --variants` file instead ("plain", a sliding
 window as FlashInfer's window_left = W - 1, a soft-cap as its logits_soft_cap; rows with
 sinks are left out), tensor-core path only. Those settings are JIT-compiled by FlashInfer
 on the GPU machine (its prebuilt modules have neither): a row whose module fails to build
 is reported and left out.
+--queries: the rows of a `vxqa_decode_bench --queries` file: each shape's q_len (1: its
+paged decode; > 1: its paged prefill, causal, q_len query tokens a sequence as qo_indptr,
+the prebuilt modules) once, on the same lengths and heads.
 Timing: CUDA-graph replay of plan-once / run (eager if the capture fails), median of 200
 after warm-up, CUDA events; caches rotated over enough copies to cover 4x the L2; copy
 bandwidth measured in the same run as read + write bytes of a 1 GiB device copy."""
@@ -47,6 +50,7 @@ def copy_gbs():
 def run_shape(flashinfer, r, l2_bytes, tensor_cores):
     lens = r["lens"]
     window, softcap = r.get("window", 0), r.get("softcap", 0.0)
+    q_len = r.get("q_len", 1)
     page, hkv, group, d = r["page"], r["kv_heads"], r["group"], r["head_dim"]
     batch = len(lens)
     pages_of = [(n + page - 1) // page for n in lens]
@@ -65,16 +69,22 @@ def run_shape(flashinfer, r, l2_bytes, tensor_cores):
     perm = torch.randperm(num_pages, device="cuda", generator=gen).to(torch.int32)
     indptr = torch.tensor([0] + list(torch.tensor(pages_of).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
     last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, pages_of)], dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, hkv * group, d, dtype=torch.float16, device="cuda", generator=gen)
+    q = torch.randn(batch * q_len, hkv * group, d, dtype=torch.float16, device="cuda", generator=gen)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
     variant = {}
     if window > 0:
         variant["window_left"] = window - 1
     if softcap > 0:
         variant["logits_soft_cap"] = softcap
-    wrapper.plan(indptr, perm, last, hkv * group, hkv, d, page, pos_encoding_mode="NONE",
-                 q_data_type=torch.float16, kv_data_type=torch.float8_e5m2, **variant)
+    if q_len > 1:  # the sequence's last q_len tokens, causal among them: its prefill
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+        qo_indptr = torch.arange(0, (batch + 1) * q_len, q_len, dtype=torch.int32, device="cuda")
+        wrapper.plan(qo_indptr, indptr, perm, last, hkv * group, hkv, d, page, causal=True, pos_encoding_mode="NONE",
+                     q_data_type=torch.float16, kv_data_type=torch.float8_e5m2, **variant)
+    else:
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
+        wrapper.plan(indptr, perm, last, hkv * group, hkv, d, page, pos_encoding_mode="NONE",
+                     q_data_type=torch.float16, kv_data_type=torch.float8_e5m2, **variant)
 
     def step_all():
         for k, v in caches:
@@ -94,19 +104,21 @@ def run_shape(flashinfer, r, l2_bytes, tensor_cores):
         print(f"graph capture failed for {r['shape']}: {e}", file=sys.stderr)
     best = min(eager, graph_us) if graph_us else eager
     tokens = sum(min(n, window) if window > 0 else n for n in lens)
-    mbytes = (tokens * hkv * d * 2 + 4 * batch * hkv * group * d) / 1e6
+    mbytes = (tokens * hkv * d * 2 + 4 * batch * q_len * hkv * group * d) / 1e6
     what = f"FlashInfer {'tensor-core' if tensor_cores else 'CUDA-core'} decode"
+    if q_len > 1:
+        what = f"FlashInfer paged prefill, causal, q_len {q_len}"
     if window > 0:
         what += f", window {window}"
     if softcap > 0:
         what += f", soft-cap {softcap:g}"
-    return dict(shape=r["shape"], config=what, window=window, softcap=softcap,
+    return dict(shape=r["shape"], config=what, window=window, softcap=softcap, q_len=q_len,
                 batch=batch, context=r["context"], page=page, group=group, kv_heads=hkv, head_dim=d,
                 tokens=tokens, mbytes=mbytes, eager_us=eager, graph_us=graph_us or eager, timing=how,
                 gbs=mbytes * 1e6 / (best * 1e3), cache_copies=copies)
 
 
-def main(src, dst, tensor_cores_only=False, variants=False):
+def main(src, dst, tensor_cores_only=False, variants=False, queries=False):
     import flashinfer
 
     with open(src) as f:
@@ -115,7 +127,11 @@ def main(src, dst, tensor_cores_only=False, variants=False):
     copy = copy_gbs()
     rows, seen = [], set()
     for r in bench["results"]:
-        if variants:
+        if queries:
+            key = (r["shape"], r.get("q_len", 1))
+            if not (r["config"].startswith("multi-token, 8 warps") or r["config"] == "plain, q_len 1") or key in seen:
+                continue
+        elif variants:
             key = (r["shape"], r.get("window", 0), r.get("softcap", 0.0))
             if r["config"] not in ("plain", "soft-cap 30", "window 4096") or r.get("sinks") or key in seen:
                 continue
@@ -124,11 +140,12 @@ def main(src, dst, tensor_cores_only=False, variants=False):
             if r["config"] != "default atom" or key in seen:
                 continue
         seen.add(key)
-        for tc in (True,) if variants or tensor_cores_only or r["tokens"] > 200000 * 4 else (True, False):
+        only_tc = variants or queries or tensor_cores_only or r["tokens"] > 200000 * 4
+        for tc in (True,) if only_tc else (True, False):
             try:
                 row = run_shape(flashinfer, r, prop.L2_cache_size, tc)
             except Exception as e:  # noqa: BLE001 - a JIT build that fails leaves its row out
-                if not variants:
+                if not (variants or queries):
                     raise
                 print(f"{r['shape']} {r['config']}: FlashInfer could not run it: {e}", file=sys.stderr, flush=True)
                 continue
@@ -143,4 +160,5 @@ def main(src, dst, tensor_cores_only=False, variants=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], "--tensor-cores-only" in sys.argv[3:], "--variants" in sys.argv[3:])
+    main(sys.argv[1], sys.argv[2], "--tensor-cores-only" in sys.argv[3:], "--variants" in sys.argv[3:],
+         "--queries" in sys.argv[3:])

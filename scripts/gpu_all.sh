@@ -250,6 +250,11 @@ step_peer() {
       --tensor-cores-only >>"$out/peer.log" 2>&1
     note "peer on contexts: rc $?, $((SECONDS - start)) s"
   fi
+  if [ -f "$out/queries.json" ]; then  # its prebuilt paged prefill, causal, for q_len > 1
+    PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/queries.json" "$out/peer-queries.json" \
+      --queries >>"$out/peer.log" 2>&1
+    note "peer on queries: rc $?, $((SECONDS - start)) s"
+  fi
   if [ -f "$out/variants.json" ]; then  # FlashInfer JIT-compiles its windowed and soft-capped modules here
     left=$((deadline + 60 - SECONDS))
     timeout "$left" env PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/variants.json" \
@@ -257,7 +262,7 @@ step_peer() {
     note "peer on variants: rc $?, $((SECONDS - start)) s"
   fi
   [ -f "$out/bench.json" ] || [ -f "$out/contexts.json" ] || [ -f "$out/variants.json" ] ||
-    note "peer: not run (no bench.json, contexts.json nor variants.json)"
+    [ -f "$out/queries.json" ] || note "peer: not run (no bench.json, contexts.json, variants.json nor queries.json)"
   cat "$out/peer.log"
 }
 
