@@ -18,9 +18,10 @@ struct Prepend<Config, vxqa::ConfigList<Configs...>> {
   using type = vxqa::ConfigList<Config, Configs...>;
 };
 
-// The Configs of List with head dim D and cache type Kv, in List's order: the plain ones
-// and the one with every variant flag (opt::Variant<kAllVariantFlags>), which
-// Decoder::choose takes when the shape asks for a variant.
+// The Configs of List with head dim D and cache type Kv, in List's order: the plain ones,
+// the one with every variant flag (opt::Variant<kAllVariantFlags>), which Decoder::choose
+// takes when the shape asks for a variant, and the multi-token one (every flag and
+// opt::MaxQueryLen<16>), which it takes for max_q_len > 1 or more than 8 rows a KV head.
 template <class List, int D, vxqa::KvType Kv>
 struct Family {
   using type = vxqa::ConfigList<>;
@@ -47,6 +48,15 @@ struct VariantConfigCount<vxqa::ConfigList<Configs...>, Qo> {
       (0 + ... + int(Configs::kQo == Qo && Configs::Variant::kVariantFlags == vxqa::kAllVariantFlags));
 };
 
+// How many Configs of List take q/out type Qo and up to kMaxQueryLen query tokens a sequence:
+// the ones a multi-token plan (vxqa_torch.DecodePlan(max_q_len=N), q_indptr) runs on.
+template <class List, vxqa::ActType Qo>
+struct MultiTokenConfigCount;
+template <class... Configs, vxqa::ActType Qo>
+struct MultiTokenConfigCount<vxqa::ConfigList<Configs...>, Qo> {
+  static constexpr int value = (0 + ... + int(Configs::kQo == Qo && Configs::kMaxQueryLen >= kMaxQueryLen));
+};
+
 template <int HeadDim, vxqa::KvType Kv>
 typename FamilyDecoder<HeadDim, Kv>::Choice to_decoder_choice(const Choice& c) {
   typename FamilyDecoder<HeadDim, Kv>::Choice choice;
@@ -61,6 +71,10 @@ vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
                     VariantConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1,
                 "the family has no Config with every variant flag for fp16 and bf16 q: the torch ops' "
                 "sliding_window, logit_softcap and sinks need one (vxqa::DefaultDecoderConfigs)");
+  static_assert(MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1 &&
+                    MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1,
+                "the family has no Config taking kMaxQueryLen query tokens a sequence for fp16 and bf16 q: the "
+                "torch ops' q_indptr and max_q_len need one (vxqa::DefaultDecoderConfigs' opt::MaxQueryLen)");
   vxqa::DecoderShape shape;
   shape.head_dim = s.head_dim;
   shape.cache_type = s.cache_type;
@@ -72,6 +86,7 @@ vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
   shape.max_context = s.max_context;
   shape.variant = s.variant;
   shape.max_window = s.max_window;
+  shape.max_q_len = s.max_q_len;
   typename FamilyDecoder<HeadDim, Kv>::Choice chosen;
   const vxqa::Status status = FamilyDecoder<HeadDim, Kv>::choose(shape, &chosen);
   if (status.ok()) *choice = Choice{chosen.index, chosen.plan};

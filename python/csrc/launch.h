@@ -18,6 +18,11 @@ struct Choice {
   vxqa::DecodePlan plan{};
 };
 
+// The most query tokens a sequence that the torch ops take (DecodePlan(max_q_len=...), the
+// ops' max_q_len): the opt::MaxQueryLen of vxqa::DefaultDecoderConfigs' multi-token Configs,
+// which decode_family.cuh checks each family has, for fp16 and bf16 q.
+inline constexpr int kMaxQueryLen = 16;
+
 // vxqa::DecoderShape's fields (decoder.cuh holds kernels, so it stays out of the g++ side).
 struct Shape {
   int head_dim = 0;
@@ -29,6 +34,9 @@ struct Shape {
   // largest window a step gives (> 0: the plan's chunks cover max_window + 15 keys; 0: any).
   unsigned variant = 0;
   int max_window = 0;
+  // The most query tokens a sequence has in a step (1: one, q without q_indptr; > 1: a
+  // multi-token Config, opt::MaxQueryLen >= it, and a workspace for max_batch * max_q_len rows).
+  int max_q_len = 1;
 };
 
 // vxqa::Decoder::choose over the Configs of vxqa::DefaultDecoderConfigs with the shape's head

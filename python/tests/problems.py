@@ -3,7 +3,8 @@ no sequence uses included), a random page table of distinct pages, ragged length
 comparison against vxqa_torch.reference with vxqa's own bounds (testing/compare.h): per
 element, from the error model of the kernels' roundings (docs/design.md, "How the tests
 bound the error"). A problem may carry an attention variant (Problem.variant: the keyword
-arguments sliding_window, logit_softcap, sinks of decode, plan.run and the reference)."""
+arguments sliding_window, logit_softcap, sinks of decode, plan.run and the reference), and
+several query tokens a sequence (Problem.q_indptr: q [num_tokens, ...], a row a token)."""
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
@@ -44,63 +45,102 @@ class Problem:
     # The attention variant: decode's keyword arguments (sliding_window, logit_softcap, sinks);
     # empty: plain attention.
     variant: dict = field(default_factory=dict)
+    # Multi-token queries: int32 [batch + 1] on q's device (q, out and lse a row a query token);
+    # None: one token a sequence.
+    q_indptr: Optional[torch.Tensor] = None
+
+    @property
+    def q_lens(self):
+        """The query tokens of each sequence (1 each without q_indptr)."""
+        if self.q_indptr is None:
+            return [1] * self.seq_lens.shape[0]
+        return (self.q_indptr[1:] - self.q_indptr[:-1]).tolist()
+
+    @property
+    def max_q_len(self):
+        """The most query tokens of a sequence (at least 1)."""
+        return max(self.q_lens + [1])
 
     @property
     def kv_cache_dtype(self):
         return kv_cache_dtype_of(self.k_cache)
 
-    def plan(self, max_batch=None, max_context=None, **variant):
+    def plan(self, max_batch=None, max_context=None, max_q_len=None, **variant):
         """A DecodePlan for this problem's shape (capacity: its batch and block table by
-        default), made for its variant (a window: plans for windows up to it), or for
-        `variant` (DecodePlan's sliding_window, logit_softcap, sinks) where given."""
+        default, and with q_indptr its most query tokens of a sequence, at least 2), made for
+        its variant (a window: plans for windows up to it), or for `variant` (DecodePlan's
+        sliding_window, logit_softcap, sinks) where given."""
         if not variant:
             variant = dict(sliding_window=self.variant.get("sliding_window") or 0,
                            logit_softcap=bool(self.variant.get("logit_softcap")),
                            sinks=self.variant.get("sinks") is not None)
+        if max_q_len is None:
+            max_q_len = 1 if self.q_indptr is None else max(2, self.max_q_len)
         return vxqa_torch.DecodePlan(
             num_q_heads=self.q.shape[1], num_kv_heads=self.k_cache.shape[2], head_dim=self.q.shape[2],
-            page_size=self.k_cache.shape[1], max_batch=max_batch or self.q.shape[0],
+            page_size=self.k_cache.shape[1], max_batch=max_batch or self.block_table.shape[0],
             max_context=max_context or self.block_table.shape[1] * self.k_cache.shape[1], q_dtype=self.q.dtype,
-            kv_cache_dtype=self.kv_cache_dtype, cache_dtype=self.k_cache.dtype, device=self.q.device, **variant)
+            kv_cache_dtype=self.kv_cache_dtype, cache_dtype=self.k_cache.dtype, device=self.q.device,
+            max_q_len=max_q_len, **variant)
 
-    def reference(self, seq_lens=None, k_scale=None, v_scale=None, **variant):
-        """The Expected outputs of this problem (with other lengths, scales or variant
-        arguments where given: `variant` overrides the problem's own, key by key)."""
+    def reference(self, seq_lens=None, k_scale=None, v_scale=None, q_indptr=None, **variant):
+        """The Expected outputs of this problem (with other lengths, scales, q_indptr or
+        variant arguments where given: `variant` overrides the problem's own, key by key)."""
         return expected_outputs(self.q, self.k_cache, self.v_cache, self.block_table,
                                 self.seq_lens if seq_lens is None else seq_lens, self.softmax_scale,
                                 self.k_scale if k_scale is None else k_scale,
-                                self.v_scale if v_scale is None else v_scale, **{**self.variant, **variant})
+                                self.v_scale if v_scale is None else v_scale,
+                                q_indptr=self.q_indptr if q_indptr is None else q_indptr,
+                                **{**self.variant, **variant})
 
 
 def random_problem(seed, *, batch=3, kv_heads=2, group=4, head_dim=128, page_size=16, max_len=600,
-                   cache_dtype=torch.uint8, q_dtype=torch.float16, device="cuda", lengths=None):
+                   cache_dtype=torch.uint8, q_dtype=torch.float16, device="cuda", lengths=None, q_lens=None,
+                   extra_rows=0):
+    """A random problem. q_lens (a list of `batch` counts, 0 allowed): several query tokens a
+    sequence, q [sum(q_lens) + extra_rows, ...] with q_indptr (extra_rows: rows past
+    q_indptr[batch], as vLLM pads the query for CUDA graphs); a drawn length shorter than its
+    count is raised to it (given lengths must hold their counts). Without q_lens the problem
+    is the one of before, draw for draw."""
     g = torch.Generator().manual_seed(seed)
     pages_per_seq = math.ceil(max_len / page_size)
     num_pages = batch * pages_per_seq + 5  # a few pages no sequence owns
     table = torch.randperm(num_pages, generator=g)[: batch * pages_per_seq].view(batch, pages_per_seq)
     if lengths is None:
         lengths = torch.randint(1, max_len + 1, (batch,), generator=g).tolist()
+        if q_lens is not None:
+            lengths = [max(length, n) for length, n in zip(lengths, q_lens)]
+    rows, q_indptr = batch, None
+    if q_lens is not None:
+        assert len(q_lens) == batch and all(0 <= n <= length <= max_len for n, length in zip(q_lens, lengths))
+        offsets = [0]
+        for n in q_lens:
+            offsets.append(offsets[-1] + n)
+        rows = offsets[-1] + extra_rows
+        q_indptr = torch.tensor(offsets, dtype=torch.int32, device=device)
     shape = (num_pages, page_size, kv_heads, head_dim)
     return Problem(
-        q=torch.randn(batch, kv_heads * group, head_dim, generator=g).to(q_dtype).to(device),
+        q=torch.randn(rows, kv_heads * group, head_dim, generator=g).to(q_dtype).to(device),
         k_cache=random_cache_values(shape, cache_dtype, g, device),
         v_cache=random_cache_values(shape, cache_dtype, g, device),
         block_table=table.int().to(device),
         seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
         k_scale=0.25 + torch.rand(1, generator=g).item(),
         v_scale=0.5 + torch.rand(1, generator=g).item(),
+        q_indptr=q_indptr,
     )
 
 
 class Expected(NamedTuple):
     """What a decode must give: the float64 reference's out [batch, num_q_heads, head_dim]
-    and lse [batch, num_q_heads], and the error model of the same inputs (ErrorModel)."""
+    and lse [batch, num_q_heads] (with q_indptr a row a query token), and the error model of
+    the same inputs (ErrorModel)."""
     out: torch.Tensor
     lse: torch.Tensor
     model: ErrorModel
 
     def select(self, index):
-        """The sequences `index` picks (as out[index] picks their outputs)."""
+        """The rows `index` picks (as out[index] picks their outputs)."""
         return Expected(self.out[index], self.lse[index], self.model.select(index))
 
 
@@ -120,7 +160,7 @@ def random_sinks(seed, q_heads, device, center=5.0):
 
 
 def expected_outputs(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0, *,
-                     sliding_window=0, logit_softcap=0.0, sinks=None, chunk_tokens=64):
+                     sliding_window=0, logit_softcap=0.0, sinks=None, chunk_tokens=64, q_indptr=None):
     """decode_reference and decode_error_model of the same arguments (so that the bound is
     the one of the problem the reference solved). The scales are taken as the kernels take
     them, rounded to fp32 (softmax_scale None: 1 / sqrt(head_dim), rounded), as the C++ tests'
@@ -130,19 +170,24 @@ def expected_outputs(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=N
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     softmax_scale, k_scale, v_scale = as_fp32(softmax_scale), as_fp32(k_scale), as_fp32(v_scale)
     variant = dict(sliding_window=sliding_window, logit_softcap=as_fp32(logit_softcap or 0.0), sinks=sinks)
-    out, lse = decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, **variant)
+    out, lse = decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale,
+                                q_indptr=q_indptr, **variant)
     model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, out, lse,
-                               chunk_tokens, **variant)
+                               chunk_tokens, q_indptr=q_indptr, **variant)
     return Expected(out, lse, model)
 
 
-def assert_matches_reference(out, lse, want, seq_lens):
+def assert_matches_reference(out, lse, want, seq_lens, q_indptr=None):
     """vxqa's bounds (testing/compare.h), per element, from want's error model:
     |out - ref| <= 8 sigma + fixed + half an ulp of out's dtype (fp16 or bf16) at |ref| + 8 sigma + fixed
     (bf16: + 2^-25), |lse - ref| <= 8 sigma + fixed; a length-0 sequence exactly 0 and -inf
     (with sinks: out exactly 0, lse its sink within the bound); out or lse None: not compared
     (vLLM asks for no lse). `want` is an Expected of the problem as the kernel saw it;
-    seq_lens are its lengths."""
+    seq_lens are its lengths. With q_indptr (the problem's), a row a query token: each
+    sequence's rows are compared (a failure names the sequence and the token), rows past
+    q_indptr[batch] are not (a kernel leaves them)."""
+    if q_indptr is not None:
+        return _assert_rows_match_reference(out, lse, want, seq_lens, q_indptr)
     out_bound, lse_bound = error_bounds(want.model, want.out, out.dtype if out is not None else torch.float16)
     empty = (seq_lens == 0).cpu()
     checks = []
@@ -169,3 +214,26 @@ def assert_matches_reference(out, lse, want, seq_lens):
                     f"sequence {b}: {name} off by {worst:.3g}, {ratio:.3g} of its bound (first at {where}: got "
                     f"{got[b][i].item():.9g}, want {ref[b][i].item():.9g}, bound {bound[b][i].item():.3g}; "
                     f"NaN: {err.isnan().any().item()})")
+
+
+def _assert_rows_match_reference(out, lse, want, seq_lens, q_indptr):
+    """assert_matches_reference of a multi-token decode, row by row (q_indptr's rows)."""
+    offsets = q_indptr.tolist()
+    rows, sequences, tokens = [], [], []
+    for b in range(len(offsets) - 1):
+        for i in range(offsets[b + 1] - offsets[b]):
+            rows.append(offsets[b] + i)
+            sequences.append(b)
+            tokens.append(i)
+    index = torch.tensor(rows, dtype=torch.long)
+    pick = want.select(index.to(want.out.device))
+    got_out = None if out is None else out[index.to(out.device)]
+    got_lse = None if lse is None else lse[index.to(lse.device)]
+    lengths = seq_lens.cpu()[torch.tensor(sequences, dtype=torch.long)]  # (a row's sequence has length >= 1)
+    try:
+        assert_matches_reference(got_out, got_lse, pick, lengths)
+    except AssertionError as failure:  # "sequence r: ..." names the r-th row compared
+        message = str(failure)
+        r = int(message.split(":")[0].split()[-1])
+        raise AssertionError(f"sequence {sequences[r]} token {tokens[r]} (row {rows[r]}): "
+                             f"{message.split(': ', 1)[1]}") from None

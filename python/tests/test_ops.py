@@ -6,7 +6,9 @@ Every argument case runs on CPU tensors (the C++ checks, python/csrc) and on met
 (the Python fake kernels, vxqa_torch/_fake.py), so the two must agree message for message;
 where there is a GPU, on CUDA tensors too. The attention variants' arguments (sliding_window,
 logit_softcap, sinks) are cases of both ops, and against a plan's variant and window; the
-plan's chunk arithmetic (plan_span) is mirrored by the fake kernels."""
+plan's chunk arithmetic (plan_span) is mirrored by the fake kernels. Multi-token queries
+(q_indptr, max_q_len: q, out and lse of a row a query token, the batch the block table's) are
+cases of both ops too, from a valid multi-token call, and against a plan's max_q_len."""
 import math
 
 import pytest
@@ -19,6 +21,7 @@ from vxqa_torch import PLAN_FIELDS
 from vxqa_torch._fake import plan_num_chunks, plan_span
 
 B, HKV, G, D, P, PAGES, MAX_PAGES, T = 2, 2, 3, 64, 16, 10, 4, 5
+QT = 5  # a multi-token call's query rows (tokens 3 and 2 of its 2 sequences)
 
 
 def decode_args(device):
@@ -29,6 +32,14 @@ def decode_args(device):
                 v_cache=t(PAGES, P, HKV, D, dtype=torch.float8_e5m2), block_table=t(B, MAX_PAGES, dtype=torch.int32),
                 seq_lens=t(B, dtype=torch.int32), out=t(B, HKV * G, D, dtype=torch.half),
                 lse=t(B, HKV * G, dtype=torch.float), errors=t(1, dtype=torch.int32))
+
+
+def multi_args(device):
+    """A valid multi-token decode call's arguments: QT query rows, q_indptr [B + 1]."""
+    a = decode_args(device)
+    a.update(q=a["q"].new_zeros(QT, HKV * G, D), out=a["out"].new_zeros(QT, HKV * G, D),
+             lse=a["lse"].new_zeros(QT, HKV * G), q_indptr=torch.tensor([0, 3, 5], dtype=torch.int32, device=device))
+    return a
 
 
 def append_args(device):
@@ -42,14 +53,16 @@ def append_args(device):
 def fake_plan(device, *, max_batch=4, head_dim=D, workspace_bytes=4096, kv_cache_dtype="auto", **fields):
     """A plan as plan_decode would make it for decode_args' shape (plan_decode itself needs a
     GPU), with its workspace; `fields` overrides any of PLAN_FIELDS. num_chunks, unless
-    given, is make_decode_plan's: the chunks that cover plan_span(max_context, max_window)."""
+    given, is make_decode_plan's: the chunks that cover plan_span(max_context, max_window,
+    max_q_len)."""
     ints = dict(tag=vxqa_torch._fake.PLAN_TAG, device=0, head_dim=head_dim, cache_type=vxqa_torch._fake.E5M2,
                 qo_type=vxqa_torch._fake.FP16_Q, page_size=P, num_kv_heads=HKV, group_size=G, config=0, variant=0,
-                max_batch=max_batch, max_context=MAX_PAGES * P, max_window=0, chunk_tokens=64,
+                max_batch=max_batch, max_context=MAX_PAGES * P, max_window=0, max_q_len=1, chunk_tokens=64,
                 workspace_bytes=workspace_bytes)
     ints.update(fields)
     if "num_chunks" not in ints:
-        ints["num_chunks"] = plan_num_chunks(ints["max_context"], ints["max_window"], ints["chunk_tokens"])
+        ints["num_chunks"] = plan_num_chunks(ints["max_context"], ints["max_window"], ints["chunk_tokens"],
+                                             ints["max_q_len"])
     workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
     return vxqa_torch.DecodePlan.from_ints([ints[f] for f in PLAN_FIELDS], workspace, kv_cache_dtype)
 
@@ -57,6 +70,13 @@ def fake_plan(device, *, max_batch=4, head_dim=D, workspace_bytes=4096, kv_cache
 def planned_args(device):
     a = decode_args(device)
     a["plan"] = fake_plan(device)
+    return a
+
+
+def planned_multi_args(device):
+    """multi_args on a plan for up to 4 query tokens a sequence."""
+    a = multi_args(device)
+    a["plan"] = fake_plan(device, max_q_len=4, variant=7)
     return a
 
 
@@ -189,6 +209,13 @@ DECODE_CASES = CACHE_DTYPE_CASES + [
      lambda a: a.update(sinks=sinks_like(a, 2 * HKV * G)[::2])),
 ]
 
+# One token a sequence (no q_indptr): max_q_len at most 1.
+SINGLE_TOKEN_CASES = [
+    ("max_q_len 2 without q_indptr", "max_q_len", r"2 query tokens a sequence need q_indptr \(the rows of each "
+     r"sequence's tokens\); without it row b of q is sequence b's one token", lambda a: a.update(max_q_len=2)),
+    ("max_q_len 17 without q_indptr", "max_q_len", r"17 must be in 0\.\.16", lambda a: a.update(max_q_len=17)),
+]
+
 PLAIN_DECODE_CASES = [
     ("max_context past the table", "max_context", r"block_table\.size\(1\) \* page_size",
      lambda a: a.update(max_context=MAX_PAGES * P + 1)),
@@ -232,7 +259,7 @@ PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
     ("plan with chunk_tokens 0", "plan.chunk_tokens", r"0 must be >= 1",
      lambda a: a.update(plan=fake_plan(a["q"].device, chunk_tokens=0, num_chunks=0))),
     ("plan with a chunk count off", "plan.num_chunks", r"2 does not match the 1 chunks of 64 tokens that cover the "
-     r"plan's span of 64 keys \(max_context, or max_window \+ 15\)",
+     r"plan's span of 64 keys \(max_context, or max_window \+ max_q_len \+ 14\)",
      lambda a: a.update(plan=fake_plan(a["q"].device, num_chunks=2))),
     ("plan whose chunks cover max_context, not its window", "plan.num_chunks", r"4 does not match the 3 chunks of 16 "
      r"tokens that cover the plan's span of 47 keys", lambda a: a.update(
@@ -254,6 +281,63 @@ PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
      r"DecodePlan\(\.\.\., sinks=True\)", lambda a: a.update(sinks=sinks_like(a))),
     ("sinks on a plan for a soft-cap", "sinks", r"given to a plan made without sinks",
      lambda a: a.update(plan=fake_plan(a["q"].device, variant=2), logit_softcap=30.0, sinks=sinks_like(a))),
+    # the plan's max_q_len (read_plan), and plans of older layouts
+    ("plan with max_q_len 0", "plan.max_q_len", r"0 is outside 1\.\.16$",
+     lambda a: a.update(plan=fake_plan(a["q"].device, max_q_len=0, num_chunks=1))),
+    ("plan with max_q_len 17", "plan.max_q_len", r"17 is outside 1\.\.16$",
+     lambda a: a.update(plan=fake_plan(a["q"].device, max_q_len=17))),
+    ("plan whose chunks leave out the tokens' earlier windows", "plan.num_chunks", r"3 does not match the 4 chunks "
+     r"of 16 tokens that cover the plan's span of 50 keys \(max_context, or max_window \+ max_q_len \+ 14\)",
+     lambda a: a.update(plan=fake_plan(a["q"].device, variant=1, max_window=32, max_q_len=4, chunk_tokens=16,
+                                       num_chunks=3), sliding_window=32)),
+    ("plan of layout 2 (before max_q_len)", "plan", r"made by an older vxqa_torch \(plan layout 2; this one reads "
+     r"layout 3, which adds max_q_len\): make the plan again with vxqa_torch\.DecodePlan",
+     lambda a: a.update(plan=old_plan(a, 0x7678716102, 16))),
+    ("plan of layout 1 (before the variants)", "plan", r"made by an older vxqa_torch \(plan layout 1;",
+     lambda a: a.update(plan=old_plan(a, 0x7678716101, 14))),
+]
+
+
+def old_plan(a, tag, fields):
+    """A plan of an older layout: its tag, `fields` ints."""
+    return vxqa_torch.DecodePlan.from_ints([tag] + [1] * (fields - 1), a["plan"].workspace)
+
+
+# The query tokens' arguments: from a valid multi-token call (multi_args), both ops.
+MULTI_CASES = [
+    ("q_indptr int64", "q_indptr", r"dtype Long is not supported \(Int\)",
+     lambda a: a.update(q_indptr=a["q_indptr"].long())),
+    ("q_indptr 2-D", "q_indptr", r"must be \[batch \+ 1\] = \[3\] \(batch = block_table\.size\(0\)\), got shape "
+     r"\[1, 3\]", lambda a: a.update(q_indptr=a["q_indptr"][None])),
+    ("q_indptr of batch offsets (vLLM's query_start_loc has batch + 1)", "q_indptr", r"must be \[batch \+ 1\] = "
+     r"\[3\] \(batch = block_table\.size\(0\)\), got shape \[2\]", lambda a: a.update(q_indptr=a["q_indptr"][1:])),
+    ("q_indptr strided", "q_indptr", r"must be contiguous, got strides \[2\]",
+     lambda a: a.update(q_indptr=a["q_indptr"].repeat_interleave(2)[::2])),
+    ("q_indptr float32", "q_indptr", r"dtype Float is not supported",
+     lambda a: a.update(q_indptr=a["q_indptr"].float())),
+    ("max_q_len 17", "max_q_len", r"17 must be in 0\.\.16 \(the most query tokens of a sequence; 0: the default\)",
+     lambda a: a.update(max_q_len=17)),
+    ("max_q_len negative", "max_q_len", r"-1 must be in 0\.\.16", lambda a: a.update(max_q_len=-1)),
+    ("q 2-D", "q", r"must be \[num_tokens, num_q_heads, head_dim\] \(3 dims\)", lambda a: a.update(q=a["q"][0])),
+    ("seq_lens of q's rows", "seq_lens", r"size\(0\) is 5, must be 2 \(block_table's batch\)",
+     lambda a: a.update(seq_lens=a["seq_lens"].new_zeros(QT))),
+    ("out of a row a sequence", "out", r"shape \[2, 6, 64\] differs from q's \[5, 6, 64\]",
+     lambda a: a.update(out=a["out"][:B])),
+    ("lse of a row a sequence", "lse", r"must be \[num_tokens, num_q_heads\] = \[5, 6\], got shape \[2, 6\]",
+     lambda a: a.update(lse=a["lse"][:B])),
+    ("q heads not a multiple of KV heads", "q", r"5 query heads are not a multiple of the cache's 2 KV heads",
+     lambda a: a.update(q=a["q"][:, :5], out=a["out"][:, :5])),
+]
+
+# decode_planned: the query tokens against the plan's max_q_len (from planned_multi_args).
+PLAN_MULTI_CASES = [
+    ("q_indptr on a plan for one token a sequence", "q_indptr", r"given to a plan made for one query token a "
+     r"sequence: make the plan with DecodePlan\(\.\.\., max_q_len=N\), N the most query tokens of a sequence its runs "
+     r"pass", lambda a: a.update(plan=fake_plan(a["q"].device))),
+    ("max_q_len above the plan's", "max_q_len", r"5 is above the plan's 4 \(DecodePlan\(max_q_len=4\): its workspace "
+     r"holds no more rows\)", lambda a: a.update(max_q_len=5)),
+    ("batch above max_batch (the block table's)", "block_table", r"batch 2 is above the plan's max_batch 1",
+     lambda a: a.update(plan=fake_plan(a["q"].device, max_q_len=4, max_batch=1))),
 ]
 
 APPEND_CASES = CACHE_DTYPE_CASES + [
@@ -290,10 +374,13 @@ def devices():
 
 
 OPS = {"decode": (decode_args, call_decode), "decode_planned": (planned_args, call_planned),
-       "append_kv": (append_args, call_append)}
-CASES = ([("decode", *c) for c in DECODE_CASES + PLAIN_DECODE_CASES]
-         + [("decode_planned", *c) for c in DECODE_CASES + PLAN_CASES]
-         + [("append_kv", *c) for c in APPEND_CASES])
+       "append_kv": (append_args, call_append), "decode multi-token": (multi_args, call_decode),
+       "decode_planned multi-token": (planned_multi_args, call_planned)}
+CASES = ([("decode", *c) for c in DECODE_CASES + PLAIN_DECODE_CASES + SINGLE_TOKEN_CASES]
+         + [("decode_planned", *c) for c in DECODE_CASES + PLAN_CASES + SINGLE_TOKEN_CASES]
+         + [("append_kv", *c) for c in APPEND_CASES]
+         + [("decode multi-token", *c) for c in MULTI_CASES]
+         + [("decode_planned multi-token", *c) for c in MULTI_CASES + PLAN_MULTI_CASES])
 
 
 @pytest.mark.parametrize("device", devices())
@@ -367,6 +454,28 @@ ACCEPTED = [
          call_planned, a), a.update(sliding_window=0))),
     ("decode_planned", "no soft-cap and no sinks on a plan for them (off at run time)",
      lambda a: a.update(plan=fake_plan(a["q"].device, variant=6))),
+    ("decode multi-token", "ragged query tokens (3 and 2), the default max_q_len", lambda a: None),
+    ("decode multi-token", "max_q_len 16, the most", lambda a: a.update(max_q_len=16)),
+    ("decode multi-token", "max_q_len 1 with q_indptr (vLLM's metadata of a batch of decodes)",
+     lambda a: a.update(max_q_len=1)),
+    ("decode multi-token", "no query rows (every sequence 0 tokens)", lambda a: a.update(
+        q=a["q"][:0], out=a["out"][:0], lse=a["lse"][:0], q_indptr=a["q_indptr"].new_zeros(B + 1))),
+    ("decode multi-token", "batch 0 (q_indptr [1])", lambda a: a.update(
+        q=a["q"][:0], out=a["out"][:0], lse=a["lse"][:0], q_indptr=a["q_indptr"][:1],
+        block_table=a["block_table"][:0], seq_lens=a["seq_lens"][:0])),
+    ("decode multi-token", "every variant with the tokens", lambda a: a.update(
+        sliding_window=5, logit_softcap=30.0, sinks=sinks_like(a))),
+    ("decode multi-token", "a block table of more sequences than q has rows",
+     lambda a: a.update(q=a["q"][:1], out=a["out"][:1], lse=a["lse"][:1])),
+    ("decode_planned multi-token", "max_q_len equal to the plan's, every variant", lambda a: a.update(
+        max_q_len=4, sliding_window=32, logit_softcap=30.0, sinks=sinks_like(a), plan=fake_plan(
+            a["q"].device, max_q_len=4, variant=7, max_window=32))),
+    ("decode_planned multi-token", "a multi-token plan running one token a sequence (no q_indptr)",
+     lambda a: a.update(q=a["q"][:B], out=a["out"][:B], lse=a["lse"][:B], q_indptr=None)),
+    ("decode_planned multi-token", "batch below max_batch", lambda a: a.update(
+        block_table=a["block_table"][:1], seq_lens=a["seq_lens"][:1], q_indptr=a["q_indptr"][:2])),
+    ("decode_planned multi-token", "a plan for 16 tokens and a window (its chunks cover them)", lambda a: a.update(
+        plan=fake_plan(a["q"].device, max_q_len=16, variant=1, max_window=32, chunk_tokens=16), sliding_window=1)),
     ("append_kv", "slot_mapping shorter than key (vLLM's padded key/value)",
      lambda a: a.update(slot_mapping=a["slot_mapping"][:2])),
     ("append_kv", "no tokens", lambda a: a.update(slot_mapping=a["slot_mapping"][:0])),
@@ -407,15 +516,16 @@ def test_schemas_declare_what_they_mutate():
         "decode_out": "vxqa::decode_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, float k_scale, float v_scale, "
         "Tensor? k_scale_tensor, Tensor? v_scale_tensor, int max_context, Tensor(a!) out, Tensor(b!)? lse, "
-        "Tensor(c!)? errors, *, int sliding_window=0, float logit_softcap=0., Tensor? sinks=None) -> ()",
+        "Tensor(c!)? errors, *, int sliding_window=0, float logit_softcap=0., Tensor? sinks=None, "
+        "Tensor? q_indptr=None, int max_q_len=0) -> ()",
         "plan_decode": "vxqa::plan_decode(int num_kv_heads, int group_size, int head_dim, int page_size, "
         "int max_batch, int max_context, ScalarType q_dtype, str kv_cache_dtype, ScalarType cache_dtype, "
-        "Device device, *, int variant=0, int max_window=0) -> int[]",
+        "Device device, *, int variant=0, int max_window=0, int max_q_len=1) -> int[]",
         "decode_planned": "vxqa::decode_planned(int[] plan, Tensor(a!) workspace, Tensor q, Tensor k_cache, "
         "Tensor v_cache, Tensor block_table, Tensor seq_lens, str kv_cache_dtype, float? softmax_scale, "
         "float k_scale, float v_scale, Tensor? k_scale_tensor, Tensor? v_scale_tensor, Tensor(b!) out, "
         "Tensor(c!)? lse, Tensor(d!)? errors, *, int sliding_window=0, float logit_softcap=0., "
-        "Tensor? sinks=None) -> ()",
+        "Tensor? sinks=None, Tensor? q_indptr=None, int max_q_len=0) -> ()",
         "describe_plan": "vxqa::describe_plan(int[] plan) -> str",
         "append_kv": "vxqa::append_kv(Tensor key, Tensor value, Tensor slot_mapping, Tensor(a!) k_cache, "
         "Tensor(b!) v_cache, str kv_cache_dtype, float k_scale, float v_scale, Tensor? k_scale_tensor, "
@@ -457,6 +567,14 @@ PLAN_DECODE_CASES = [  # (what is wrong, the argument named, reason, plan_decode
     ("every variant, on the CPU", "device", r"must be a CUDA device, got cpu",
      dict(sliding_window=128, logit_softcap=True, sinks=True)),
     ("vLLM's None for no window, on the CPU", "device", r"must be a CUDA device", dict(sliding_window=None)),
+    ("max_q_len 0", "max_q_len", r"0 is outside 1\.\.16 \(the most query tokens of a sequence in a run\)",
+     dict(max_q_len=0)),
+    ("max_q_len 17", "max_q_len", r"17 is outside 1\.\.16", dict(max_q_len=17)),
+    ("a float max_q_len", "max_q_len", r"4\.0 is not an int \(the most query tokens of a sequence its runs pass, "
+     r"1\.\.16\)", dict(max_q_len=4.0)),
+    ("a bool max_q_len", "max_q_len", r"True is not an int", dict(max_q_len=True)),
+    ("max_q_len 16 with every variant, on the CPU", "device", r"must be a CUDA device",
+     dict(max_q_len=16, sliding_window=128, logit_softcap=True, sinks=True)),
 ]
 
 
@@ -478,6 +596,9 @@ PLAN_OP_CASES = [  # torch.ops.vxqa.plan_decode's own variant arguments (checked
      dict(variant=6, max_window=32)),
     ("max_window past INT_MAX", "max_window", r"2147483648 does not fit in an int", dict(variant=1, max_window=2**31)),
     ("every variant: accepted, then the device", "device", r"must be a CUDA device", dict(variant=7, max_window=32)),
+    ("max_q_len 0", "max_q_len", r"0 is outside 1\.\.16", dict(max_q_len=0)),
+    ("max_q_len 17", "max_q_len", r"17 is outside 1\.\.16", dict(max_q_len=17)),
+    ("max_q_len 16: accepted, then the device", "device", r"must be a CUDA device", dict(max_q_len=16)),
 ]
 
 
@@ -496,6 +617,12 @@ def test_plan_span_mirrors_split_plan():
     assert plan_span(8192, 1) == 16
     assert plan_num_chunks(8192, 128, 64) == 3 and plan_num_chunks(8192, 0, 64) == 128
     assert plan_num_chunks(100, 0, 64) == 2 and plan_num_chunks(64, 0, 64) == 1
+    # With max_q_len tokens the first token's window starts max_q_len - 1 keys earlier.
+    assert plan_span(1000, 100, 4) == 118 and plan_span(1000, 100, 1) == 115
+    assert plan_span(118, 100, 4) == 118 and plan_span(119, 100, 4) == 118 and plan_span(117, 100, 4) == 117
+    assert plan_span(1000, 0, 16) == 1000  # no window: max_context whatever the tokens
+    assert plan_num_chunks(8192, 98, 64, 16) == 2 and plan_num_chunks(8192, 99, 64, 16) == 3  # 128, 129 keys
+    assert plan_num_chunks(8192, 113, 64) == 2 and plan_num_chunks(8192, 113, 64, 16) == 3  # 128, 143 keys
 
 
 def test_a_plan_reads_its_variant():
@@ -505,6 +632,30 @@ def test_a_plan_reads_its_variant():
     plan = fake_plan("meta", variant=2)
     assert (plan.sliding_window, plan.logit_softcap, plan.sinks) == (0, True, False)
     assert "variant=2" in repr(plan) and "max_window=0" in repr(plan)
+
+
+def test_a_plan_reads_its_max_q_len():
+    plan = fake_plan("meta", max_q_len=4, variant=1, max_window=32, chunk_tokens=16)
+    assert (plan.max_q_len, plan.num_chunks) == (4, 4)  # 32 + 3 + 15 keys
+    assert "max_q_len=4" in repr(plan)
+    assert vxqa_torch.PLAN_FIELDS.index("max_q_len") == vxqa_torch.PLAN_FIELDS.index("max_window") + 1
+    assert vxqa_torch._fake.PLAN_TAG & 0xff == 3 and len(vxqa_torch.PLAN_FIELDS) == 17
+
+
+def test_fake_tensors_give_multi_token_shapes():
+    """With q_indptr, out [num_tokens, Hq, D] (q's shape) and lse [num_tokens, Hq]: the batch
+    is the block table's; a lse of a row a sequence is refused."""
+    with FakeTensorMode():
+        a = multi_args("cuda")
+        out = call_decode({k: v for k, v in a.items() if k != "out"})
+        assert out.shape == (QT, HKV * G, D) and out.dtype == torch.half and out.device.type == "cuda"
+        plan = fake_plan("cuda", max_q_len=4)
+        out = call_planned({**{k: v for k, v in a.items() if k != "out"}, "plan": plan}, max_q_len=4)
+        assert out.shape == (QT, HKV * G, D)
+        with pytest.raises(ValueError, match=r"^lse: must be \[num_tokens, num_q_heads\] = \[5, 6\]"):
+            call_decode({**a, "lse": a["lse"][:B]})
+        with pytest.raises(ValueError, match=r"^q_indptr: must be \[batch \+ 1\] = \[3\]"):
+            call_decode({**a, "q_indptr": a["q_indptr"][:B]})
 
 
 def test_fake_tensors_give_out_shape_dtype_device_and_check_arguments():
@@ -543,6 +694,16 @@ def test_opcheck_on_meta_tensors():
                           (plan.ints, plan.workspace, a["q"], a["k_cache"], a["v_cache"], a["block_table"],
                            a["seq_lens"], "auto", None, 1.0, 1.0, None, None, a["out"], a["lse"], a["errors"]),
                           dict(sliding_window=17, logit_softcap=30.0, sinks=sinks))
+    m = multi_args("meta")
+    torch.library.opcheck(torch.ops.vxqa.decode_out.default,
+                          (m["q"], m["k_cache"], m["v_cache"], m["block_table"], m["seq_lens"], "auto", None, 1.0,
+                           1.0, None, None, 0, m["out"], m["lse"], m["errors"]),
+                          dict(q_indptr=m["q_indptr"], max_q_len=3, sliding_window=5, sinks=sinks))
+    plan = fake_plan("meta", variant=7, max_window=32, max_q_len=4)
+    torch.library.opcheck(torch.ops.vxqa.decode_planned.default,
+                          (plan.ints, plan.workspace, m["q"], m["k_cache"], m["v_cache"], m["block_table"],
+                           m["seq_lens"], "auto", None, 1.0, 1.0, None, None, m["out"], m["lse"], m["errors"]),
+                          dict(q_indptr=m["q_indptr"], sliding_window=17, logit_softcap=30.0, sinks=sinks))
     b = append_args("meta")
     torch.library.opcheck(torch.ops.vxqa.append_kv.default,
                           (b["key"], b["value"], b["slot_mapping"][:3], b["k_cache"].view(torch.uint8),
@@ -598,6 +759,33 @@ def planned_variant_layer(q, key, value, slots, k_cache, v_cache, block_table, s
                          sinks=sinks) * 2
 
 
+QL = 3  # the multi-token layers' query tokens a sequence (a draft of 2 and the bonus token)
+
+
+def multi_inputs(batch, head_dim=CD):
+    """A speculative-decoding verification step's tensors for `batch` sequences of QL tokens
+    each: q [batch * QL, ...], the new K/V rows of every token (padded by one row), q_indptr."""
+    tokens = batch * QL
+    return dict(q=meta(tokens, CHD * CG, head_dim, dtype=torch.half),
+                key=meta(tokens + 1, CHD, head_dim, dtype=torch.half),
+                value=meta(tokens + 1, CHD, head_dim, dtype=torch.half), slots=meta(tokens, dtype=torch.long),
+                k_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
+                v_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
+                block_table=meta(batch, CMAX_PAGES, dtype=torch.int32), seq_lens=meta(batch, dtype=torch.int32),
+                q_indptr=meta(batch + 1, dtype=torch.int32))
+
+
+def multi_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens, q_indptr):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype="fp8_e5m2",
+                             q_indptr=q_indptr, max_q_len=QL) * 2
+
+
+def planned_multi_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens, q_indptr):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return META_PLAN.run(q, k_cache, v_cache, block_table, seq_lens, q_indptr=q_indptr, sliding_window=WINDOW) * 2
+
+
 def specialising_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
     """A control: branches on the batch, so each batch size needs a graph of its own."""
     out = plain_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens)
@@ -605,20 +793,25 @@ def specialising_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_
 
 
 @pytest.mark.parametrize("layer,graphs", [(plain_layer, 1), (planned_layer, 1), (variant_layer, 1),
-                                          (planned_variant_layer, 1), (specialising_layer, 2)],
+                                          (planned_variant_layer, 1), (multi_layer, 1), (planned_multi_layer, 1),
+                                          (specialising_layer, 2)],
                          ids=["decode", "DecodePlan.run", "decode with every variant",
-                              "DecodePlan.run with every variant", "control: a layer that specialises"])
+                              "DecodePlan.run with every variant", "decode with q_indptr",
+                              "DecodePlan.run with q_indptr and a window", "control: a layer that specialises"])
 def test_torch_compile_dynamic_batch_does_not_recompile(layer, graphs):
+    """Batches 2, 3 and 7 (with q_indptr: 6, 9 and 21 query rows) compile one graph."""
     global META_PLAN
-    variant = layer in (variant_layer, planned_variant_layer)
+    variant = layer in (variant_layer, planned_variant_layer, planned_multi_layer)
+    multi = layer in (multi_layer, planned_multi_layer)
     META_PLAN = fake_plan("meta", max_batch=8, num_kv_heads=CHD, max_context=CMAX_PAGES * P,
-                          kv_cache_dtype="fp8_e5m2", variant=7 if variant else 0, max_window=WINDOW if variant else 0)
+                          kv_cache_dtype="fp8_e5m2", variant=7 if variant else 0, max_window=WINDOW if variant else 0,
+                          max_q_len=4 if multi else 1)
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
     frames = []
     for batch in (2, 3, 7):
-        inputs = layer_inputs(batch, sinks=variant)
+        inputs = multi_inputs(batch) if multi else layer_inputs(batch, sinks=variant)
         out = compiled(**inputs)
         assert out.shape == inputs["q"].shape and out.dtype == torch.half
         frames.append(counter.frame_count)
@@ -654,6 +847,38 @@ def test_torch_compile_refuses_a_bad_variant_while_tracing(layer, max_window, si
     compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
     inputs = layer_inputs(3, sinks=True)
     inputs["sinks"] = meta(sinks, dtype=torch.float32)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
+        compiled(**inputs)
+    assert message in str(refusal.value)
+    assert counter.frame_count == 0
+
+
+def planned_max_q_len_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens, q_indptr):
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
+    return META_PLAN.run(q, k_cache, v_cache, block_table, seq_lens, q_indptr=q_indptr, max_q_len=QL,
+                         sliding_window=WINDOW) * 2
+
+
+@pytest.mark.parametrize("layer,max_q_len,spoil,message", [
+    (multi_layer, 4, lambda i: i.update(q_indptr=meta(3, dtype=torch.int32)),
+     "ValueError('q_indptr: must be [batch + 1] = [4] (batch = block_table.size(0)), got shape [3]')"),
+    (planned_max_q_len_layer, 2, lambda i: None,
+     "ValueError(\"max_q_len: 3 is above the plan's 2 (DecodePlan(max_q_len=2): its workspace holds no more rows)\")"),
+    (planned_multi_layer, 1, lambda i: None,
+     "ValueError('q_indptr: given to a plan made for one query token a sequence"),
+    (planned_multi_layer, 4, lambda i: i.update(seq_lens=meta(9, dtype=torch.int32)),
+     "ValueError(\"seq_lens: size(0) is 9, must be 3 (block_table's batch); shape [9]\")"),
+], ids=["decode: q_indptr of batch entries", "DecodePlan.run: max_q_len above the plan's",
+        "DecodePlan.run: q_indptr on a one-token plan", "DecodePlan.run: seq_lens of q's rows"])
+def test_torch_compile_refuses_bad_query_tokens_while_tracing(layer, max_q_len, spoil, message):
+    global META_PLAN
+    META_PLAN = fake_plan("meta", max_batch=8, num_kv_heads=CHD, max_context=CMAX_PAGES * P, kv_cache_dtype="fp8_e5m2",
+                          variant=7, max_window=WINDOW, max_q_len=max_q_len)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
+    inputs = multi_inputs(3)
+    spoil(inputs)
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
         compiled(**inputs)
     assert message in str(refusal.value)

@@ -17,6 +17,12 @@ problems.assert_matches_reference), on the CPU: a port of the C++ error model
   64-token chunks, windows shorter than a page and cutting one mid-page, sinks with a
   length-0 sequence); and a wrong answer fails it: the window off by one token either way,
   the sinks ignored or given to the wrong heads, the soft-cap ignored.
+- Multi-token queries (q_indptr): each query token's row of the reference and of its model is
+  the one-token decode of its keys, bit for bit (token n - 1: the whole sequence's); the
+  reference follows the causal rule written out in scalar Python (with every variant); a
+  sequence all of whose tokens are queries by hand; a bad q_indptr refused; a simulated kernel
+  with ragged counts passes; and rows of a wrong rule fail (no causal mask, a key short, a key
+  late, the window at the sequence's end, two tokens' rows swapped).
 """
 import math
 
@@ -24,7 +30,8 @@ import pytest
 import torch
 
 from problems import assert_matches_reference, expected_outputs, random_problem, random_sinks
-from vxqa_torch.reference import LN2, LOG2E, decode_error_model, decode_reference, dequantize, error_bounds
+from vxqa_torch.reference import (LN2, LOG2E, decode_error_model, decode_reference, dequantize, error_bounds,
+                                  query_rows, visible_keys)
 
 
 def ratios(out, lse, want):
@@ -54,7 +61,10 @@ def simulated_kernel(p, chunk=64):
     p.variant's: a window's keys only, its chunks from the multiple of 16 at or below its
     first key; a soft-cap as the kernel computes it (the argument x = q.k * (scale / (cap
     log2 e)) in fp32, tanh x = 1 - 2 / (e^(2|x|) + 1) in fp32, times cap log2 e); sinks folded
-    into the merged (m, l) in fp32 (a length-0 sequence: out 0, lse = the sink)."""
+    into the merged (m, l) in fp32 (a length-0 sequence: out 0, lse = the sink).
+    p.q_indptr's query tokens: each row over the keys it sees, its chunks from the sequence's
+    base (the first token's window start, 16-aligned; 0 without a window), the keys before its
+    own window start and after its position masked."""
     batch, q_heads, dim = p.q.shape
     kv_heads = p.k_cache.shape[2]
     group = q_heads // kv_heads
@@ -73,26 +83,30 @@ def simulated_kernel(p, chunk=64):
         qk_scale = qk_scale / cap_log2  # the argument's factor
     sink_log2 = None if sinks is None else sinks.cpu().to(f32).reshape(kv_heads, group) * t32(LOG2E)
     keys, values = dequantize(p.k_cache, 1.0).to(f32), dequantize(p.v_cache, 1.0).to(f32)  # exact
-    out = torch.zeros(batch, q_heads, dim, dtype=p.q.dtype)
-    lse = torch.full((batch, q_heads), -math.inf)
+    out = torch.full((batch, q_heads, dim), math.nan, dtype=p.q.dtype)
+    lse = torch.full((batch, q_heads), math.nan)
     page = keys.shape[1]
-    for b, length in enumerate(p.seq_lens.tolist()):
+    rows = query_rows(p.seq_lens, p.q_indptr)
+    for b, length, (first_row, tokens), i in ((b, length, rows[b], i) for b, length in enumerate(p.seq_lens.tolist())
+                                               for i in range(rows[b][1])):
+        row = first_row + i
+        out[row], lse[row] = 0.0, -math.inf
         if length == 0:
             if sink_log2 is not None:
-                lse[b] = (sink_log2 * t32(LN2)).reshape(q_heads)
+                lse[row] = (sink_log2 * t32(LN2)).reshape(q_heads)
             continue
-        first = length - window if 0 < window < length else 0
-        base = first // 16 * 16 if window > 0 else 0  # the window's chunks start here
+        first, end = visible_keys(length, tokens, i, window)  # this row's keys
+        base = visible_keys(length, tokens, 0, window)[0] // 16 * 16 if window > 0 else 0  # the chunks start here
         pages = p.block_table[b, : math.ceil(length / page)].long()
-        k = keys[pages].reshape(-1, kv_heads, dim)[base:length]
-        v = values[pages].reshape(-1, kv_heads, dim)[base:length]
-        q = p.q[b].to(f32).reshape(kv_heads, group, dim)
+        k = keys[pages].reshape(-1, kv_heads, dim)[base:end]
+        v = values[pages].reshape(-1, kv_heads, dim)[base:end]
+        q = p.q[row].to(f32).reshape(kv_heads, group, dim)
         s = torch.einsum("hgd,thd->hgt", q, k) * qk_scale  # [h, g, t], fp32, base 2 (soft-cap: s / cap)
         if cap > 0:
             e = torch.exp2(t32(2.8853900817779268) * s.abs())
             s = cap_log2 * torch.copysign(1 - 2 / (e + 1), s)
         s[..., : first - base] = -math.inf  # before the window
-        span = length - base
+        span = end - base
         c = chunk if 0 < chunk < span else span
         n = math.ceil(span / c)
         pad = n * c - span
@@ -112,8 +126,8 @@ def simulated_kernel(p, chunk=64):
             l_sum = l_sum * factor + torch.where(sink_log2 == -math.inf, 0.0, torch.exp2(sink_log2 - m_new))
             o_sum, mx = o_sum * factor[..., None], m_new
         o = o_sum / l_sum[..., None]
-        out[b] = (o * t32(p.v_scale)).reshape(q_heads, dim).to(p.q.dtype)
-        lse[b] = ((mx + torch.log2(l_sum)) * t32(LN2)).reshape(q_heads)
+        out[row] = (o * t32(p.v_scale)).reshape(q_heads, dim).to(p.q.dtype)
+        lse[row] = ((mx + torch.log2(l_sum)) * t32(LN2)).reshape(q_heads)
     return out, lse
 
 
@@ -574,3 +588,229 @@ def test_the_port_agrees_with_the_cpp_loops_with_variants(variant, chunk_tokens)
     assert model.lse_fixed[0].gt(0).all() and model.out_sigma[0].gt(0).all()
     if with_sinks:  # the length-0 sequence: its lse (the sink) bounded, but for the head without one
         assert model.lse_fixed[1, :-1].gt(0).all() and model.lse_fixed[1, -1] == 0
+
+
+# ---- multi-token queries ----
+
+def multi_problem(seed, q_lens, lengths, variant="plain", *, head_dim=64, group=4, page_size=16,
+                  cache_dtype=torch.uint8, q_dtype=torch.float16, extra_rows=0, window=None):
+    """A problem of `lengths` with q_lens query tokens a sequence (q_indptr) and a VARIANTS
+    variant ("plain": none): q 3x larger, as variant_problem's."""
+    default_window, cap, with_sinks = VARIANTS.get(variant, (0, 0.0, False))
+    p = random_problem(seed, batch=len(lengths), kv_heads=2, group=group, head_dim=head_dim, page_size=page_size,
+                       max_len=max(max(lengths), 1), cache_dtype=cache_dtype, q_dtype=q_dtype, device="cpu",
+                       lengths=lengths, q_lens=q_lens, extra_rows=extra_rows)
+    p.q = (p.q.float() * 3).to(q_dtype)
+    p.variant = dict(sliding_window=default_window if window is None else window, logit_softcap=cap,
+                     sinks=random_sinks(seed + 1, 2 * group, "cpu") if with_sinks else None)
+    return p
+
+
+def token_rows(p):
+    """(sequence, length, token, n, row) of every query row of problem p."""
+    offsets, lengths = p.q_indptr.tolist(), p.seq_lens.tolist()
+    return [(b, lengths[b], i, offsets[b + 1] - offsets[b], offsets[b] + i)
+            for b in range(len(lengths)) for i in range(offsets[b + 1] - offsets[b])]
+
+
+def rows_reference(p, key_range, **variant):
+    """out and lse of problem p's query rows (q's rows; others NaN), row by row through the
+    one-token reference (expected_outputs': the scales as the kernels take them): a row of
+    sequence b, token i of n, over the keys [begin, end) that key_range(length, n, i) gives
+    (a one-token decode of `end` keys with a window of end - begin: exactly those keys), with
+    p's variant (soft-cap, sinks; `variant` overrides)."""
+    v = {**p.variant, **variant}
+    out = torch.full(p.q.shape, math.nan, dtype=torch.float64)
+    lse = torch.full(p.q.shape[:2], math.nan, dtype=torch.float64)
+    for b, length, i, n, row in token_rows(p):
+        begin, end = key_range(length, n, i)
+        one = expected_outputs(p.q[row:row + 1], p.k_cache, p.v_cache, p.block_table[b:b + 1],
+                               torch.tensor([end], dtype=torch.int32), p.softmax_scale, p.k_scale, p.v_scale,
+                               sliding_window=end - begin if begin > 0 else 0, logit_softcap=v["logit_softcap"],
+                               sinks=v["sinks"])
+        out[row], lse[row] = one.out[0], one.lse[0]
+    return out, lse
+
+
+MULTI_LENGTHS = [70, 16, 3, 45, 0, 33]
+MULTI_Q_LENS = [16, 16, 3, 1, 0, 7]  # 16 of 70, every token of 16 and of 3, one, none, 7 of 33
+
+
+@pytest.mark.parametrize("variant", ["plain"] + list(VARIANTS), ids=["plain"] + list(VARIANTS))
+def test_each_query_token_is_a_one_token_decode_over_its_keys(variant):
+    """Token i of a sequence's last n (len cached tokens) is exactly a one-token decode over
+    its len - n + i + 1 keys (with a window W, the W of them ending at its position): the
+    reference's rows and their error model, bit for bit; token n - 1 is the one-token decode of
+    the whole sequence. Rows past q_indptr[batch] are NaN in the reference, 0 in the model."""
+    p = multi_problem(600, MULTI_Q_LENS, MULTI_LENGTHS, variant, head_dim=8, group=2, page_size=4, extra_rows=2)
+    window = p.variant["sliding_window"]
+    want = expected_outputs(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, p.softmax_scale, p.k_scale,
+                            p.v_scale, chunk_tokens=16, q_indptr=p.q_indptr, **p.variant)
+    for b, length, i, n, row in token_rows(p):
+        keys = length - n + i + 1
+        one = expected_outputs(p.q[row:row + 1], p.k_cache, p.v_cache, p.block_table[b:b + 1],
+                               torch.tensor([keys], dtype=torch.int32), p.softmax_scale, p.k_scale, p.v_scale,
+                               chunk_tokens=16, **p.variant)
+        assert torch.equal(want.out[row], one.out[0]) and torch.equal(want.lse[row], one.lse[0]), (b, i)
+        for got, ref in zip(want.model, one.model):
+            assert torch.equal(got[row], ref[0]), (b, i)
+        assert visible_keys(length, n, i, window) == (max(0, keys - window) if window else 0, keys)
+    # The last token of each sequence: the one-token problem of those rows, the whole sequences.
+    has = [b for b, n in enumerate(MULTI_Q_LENS) if n > 0]
+    last = [p.q_indptr[b + 1].item() - 1 for b in has]
+    one = expected_outputs(p.q[last], p.k_cache, p.v_cache, p.block_table[has], p.seq_lens[has], p.softmax_scale,
+                           p.k_scale, p.v_scale, chunk_tokens=16, **p.variant)
+    assert torch.equal(want.out[last], one.out) and torch.equal(want.lse[last], one.lse)
+    assert all(torch.equal(got[last], ref) for got, ref in zip(want.model, one.model))
+    assert want.out[-2:].isnan().all() and want.lse[-2:].isnan().all()  # the padding rows: no sequence's
+    assert all(t[-2:].eq(0).all() for t in want.model)
+    # and rows_reference (below) of the rule's ranges is the reference
+    out, lse = rows_reference(p, lambda length, n, i: visible_keys(length, n, i, window))
+    want = p.reference()
+    assert torch.equal(out[:-2], want.out[:-2]) and torch.equal(lse[:-2], want.lse[:-2])
+
+
+def naive_multi_reference(p, window=0, cap=0.0, sinks=None):
+    """out and lse of a multi-token problem from the definitions, in scalar Python: sequence
+    b's n = q_indptr[b + 1] - q_indptr[b] tokens are rows q_indptr[b] + i; token i sits at
+    position pos = len - n + i and sees the keys t with t <= pos and, with a window W,
+    t >= pos - W + 1; soft-cap and sinks as naive_reference's."""
+    rows, q_heads, dim = p.q.shape
+    kv_heads, page = p.k_cache.shape[2], p.k_cache.shape[1]
+    group = q_heads // kv_heads
+    scale = p.softmax_scale if p.softmax_scale is not None else 1 / math.sqrt(dim)
+    keys, values = dequantize(p.k_cache, p.k_scale).tolist(), dequantize(p.v_cache, p.v_scale).tolist()
+    table, qs, offsets = p.block_table.tolist(), p.q.double().tolist(), p.q_indptr.tolist()
+    out = [[[math.nan] * dim for _ in range(q_heads)] for _ in range(rows)]
+    lse = [[math.nan] * q_heads for _ in range(rows)]
+    for b, length in enumerate(p.seq_lens.tolist()):
+        n = offsets[b + 1] - offsets[b]
+        for i in range(n):
+            row, pos = offsets[b] + i, length - n + i
+            for h in range(q_heads):
+                logits, vs = [], []
+                for t in range(length):
+                    if t > pos or (window > 0 and t < pos - window + 1):
+                        continue
+                    k = keys[table[b][t // page]][t % page][h // group]
+                    score = scale * sum(qs[row][h][d] * k[d] for d in range(dim))
+                    logits.append(cap * math.tanh(score / cap) if cap > 0 else score)
+                    vs.append(values[table[b][t // page]][t % page][h // group])
+                terms = logits + ([float(sinks[h])] if sinks is not None else [])
+                m = max(terms)
+                denominator = sum(math.exp(x - m) for x in terms)
+                lse[row][h] = m + math.log(denominator)
+                out[row][h] = [sum(math.exp(x - m) * v[d] for x, v in zip(logits, vs)) / denominator
+                               for d in range(dim)]
+    return torch.tensor(out, dtype=torch.float64), torch.tensor(lse, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("variant", ["plain"] + list(VARIANTS), ids=["plain"] + list(VARIANTS))
+def test_the_multi_token_reference_follows_the_causal_rule(variant):
+    """decode_reference with q_indptr against the causal rule written out in scalar Python
+    (token i of n sees keys 0 .. len - n + i, with a window the W ending there), within
+    1e-12; windows of 5 and 37 keys against 16 tokens: the first token's window starts 15 keys
+    before the last's."""
+    p = multi_problem(610, MULTI_Q_LENS, MULTI_LENGTHS, variant, head_dim=8, group=2, page_size=4, extra_rows=1)
+    v = p.variant
+    out, lse = decode_reference(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, None, p.k_scale, p.v_scale,
+                                q_indptr=p.q_indptr, **v)
+    want_out, want_lse = naive_multi_reference(p, v["sliding_window"], v["logit_softcap"], v["sinks"])
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12, equal_nan=True)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12, equal_nan=True)
+    # Every token of a sequence gives another answer (each sees other keys), but where a
+    # window of 5 leaves them the same key count: still other keys.
+    first, second = p.q_indptr[0].item(), p.q_indptr[0].item() + 1
+    assert not torch.allclose(out[first], out[second], atol=1e-3)
+
+
+def test_the_first_of_every_token_query_sees_one_key_by_hand():
+    """q = 0 and a sequence of 2 tokens, both query tokens: token 0 sees key 0 alone (out = v0
+    exactly, lse 0; model: its one weight of 1, out_sigma 0), token 1 both (out the mean, lse
+    log 2, as test_a_2_token_problem_by_hand)."""
+    k = torch.tensor([[1.0, -2.0, 0.5, 4.0], [3.0, 0.25, -1.0, 2.0]]).half()
+    v = torch.tensor([[0.5, -1.5, 2.0, 8.0], [-0.25, 1.0, 1.0, -3.0]]).half()
+    k_cache, v_cache = k.view(1, 2, 1, 4), v.view(1, 2, 1, 4)
+    q = torch.zeros(2, 1, 4, dtype=torch.half)
+    table, lens = torch.zeros(1, 1, dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    want = expected_outputs(q, k_cache, v_cache, table, lens, 0.5, 1.0, 1.0,
+                            q_indptr=torch.tensor([0, 2], dtype=torch.int32))
+    e2 = (2.0**-10 / math.sqrt(12)) ** 2 + 2.0**-44
+    assert torch.equal(want.out[0, 0], v[0].double()) and want.lse[0, 0].item() == 0.0
+    assert want.model.out_sigma[0].eq(0).all() and want.model.out_fixed[0].eq(0).all()
+    assert close(want.model.lse_sigma[0, 0].item(), math.sqrt(e2))
+    assert close(want.model.lse_fixed[0, 0].item(), 2.0**-20)
+    torch.testing.assert_close(want.out[1, 0], (v[0].double() + v[1].double()) / 2, rtol=1e-12, atol=0)
+    assert close(want.lse[1, 0].item(), math.log(2))
+    assert close(want.model.lse_sigma[1, 0].item(), math.sqrt(2 * e2) / 2)
+
+
+@pytest.mark.parametrize("q_indptr,lengths,rows,reason", [
+    ([0, 3], [2], 3, r"sequence 0 has 3 query tokens but only 2 cached tokens \(its query tokens are its last\)"),
+    ([1, 3], [5], 3, r"q_indptr\[0\] is 1, must be 0"),
+    ([0, 3, 2], [5, 5], 3, r"decreases at 2 \(3 then 2\)"),
+    ([0, 3], [5, 5], 3, r"must be \[batch \+ 1\] = \[3\], got 2 offsets"),
+    ([0, 3, 5], [5, 5], 4, r"q_indptr\[batch\] is 5, past q's 4 rows"),
+], ids=["more tokens than keys", "not from 0", "decreasing", "batch offsets", "past q's rows"])
+def test_the_reference_refuses_a_bad_q_indptr(q_indptr, lengths, rows, reason):
+    q = torch.zeros(rows, 2, 64, dtype=torch.half)
+    cache = torch.zeros(4, 16, 1, 64, dtype=torch.half)
+    table = torch.zeros(len(lengths), 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=rf"^q_indptr: {reason}"):
+        decode_reference(q, cache, cache, table, torch.tensor(lengths, dtype=torch.int32),
+                         q_indptr=torch.tensor(q_indptr, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("variant", ["plain"] + list(VARIANTS), ids=["plain"] + list(VARIANTS))
+@pytest.mark.parametrize("cache_dtype,q_dtype", [(torch.uint8, torch.float16), (torch.float16, torch.bfloat16)])
+def test_a_simulated_kernel_with_multi_token_queries_passes(variant, cache_dtype, q_dtype):
+    """Ragged tokens (0 to 16 a sequence, a sequence all of whose tokens are queries, padding
+    rows past q_indptr[batch]), one chunk and 64-token chunks: the reference rounded to the
+    output types and the simulated kernel pass the bound."""
+    worst = 0.0
+    for seed, (lengths, q_lens) in enumerate([([16, 0, 2, 5], [16, 0, 1, 5]), ([17, 100, 64, 41], [3, 16, 0, 8]),
+                                              ([900, 65, 129, 7], [16, 2, 9, 7]), ([3000, 3, 0, 1000], [5, 3, 0, 16])]):
+        p = multi_problem(620 + seed, q_lens, lengths, variant, cache_dtype=cache_dtype, q_dtype=q_dtype, extra_rows=3)
+        want = p.reference()
+        assert_matches_reference(want.out.to(q_dtype), want.lse.float(), want, p.seq_lens, p.q_indptr)
+        for chunk in (64, 0):
+            out, lse = simulated_kernel(p, chunk)
+            assert out[-3:].isnan().all()  # rows of no sequence: not written
+            assert_matches_reference(out, lse, want, p.seq_lens, p.q_indptr)
+            rows = torch.tensor([r[-1] for r in token_rows(p)])
+            worst = max(worst, ratios(out[rows], lse[rows], want.select(rows))[0])
+    assert worst > 0.05, worst  # a fair share of the bound, not a sliver of it
+
+
+WRONG_TOKENS = {  # what a wrong kernel's rows saw: key_range(length, n, i, window) -> [begin, end)
+    "no causal mask (every token sees the last token's keys)":
+        lambda length, n, i, w: visible_keys(length, n, n - 1, w),
+    "each token one key short (its own dropped)": lambda length, n, i, w: (visible_keys(length, n, i, w)[0],
+                                                                          length - n + i),
+    "the tokens one key late (each sees the next one's keys)":
+        lambda length, n, i, w: visible_keys(length + 1, n, i, w) if i < n - 1 else visible_keys(length, n, i, w),
+    "the window ending at the sequence's last key for every token": lambda length, n, i, w: (
+        visible_keys(length, n, n - 1, w)[0] if w else 0, length - n + i + 1),
+}
+
+
+@pytest.mark.parametrize("variant", ["plain", "all three"])
+@pytest.mark.parametrize("wrong", list(WRONG_TOKENS) + ["two tokens' rows swapped"])
+def test_a_wrong_multi_token_answer_fails(wrong, variant):
+    """Sequences of 3000 and 600 tokens with 16 and 5 query tokens (every variant on, or none;
+    window 100): the right reference rounded to fp16 passes, the rows of a wrong causal rule
+    fail out's bound (a row one key short or one late, a missing mask, the window at the
+    sequence's end), and so do two tokens' rows swapped."""
+    if wrong.startswith("the window") and variant == "plain":
+        pytest.skip("needs a window")
+    p = multi_problem(630, [16, 5], [3000, 600], variant, window=100 if variant != "plain" else 0)
+    window = p.variant["sliding_window"]
+    want = p.reference()
+    assert_matches_reference(want.out.half(), want.lse.float(), want, p.seq_lens, p.q_indptr)
+    if wrong in WRONG_TOKENS:
+        bad_out, _ = rows_reference(p, lambda length, n, i: WRONG_TOKENS[wrong](length, n, i, window))
+    else:
+        bad_out = want.out.clone()
+        bad_out[[3, 4]] = want.out[[4, 3]]
+    with pytest.raises(AssertionError, match=r"sequence \d+ token \d+ \(row \d+\): out off by"):
+        assert_matches_reference(bad_out.half(), None, want, p.seq_lens, p.q_indptr)

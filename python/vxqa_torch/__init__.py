@@ -15,6 +15,14 @@ in the softmax denominator). A DecodePlan is made for the ones its runs use:
     plan = vxqa_torch.DecodePlan(..., sliding_window=128, sinks=True)   # windows 1..128, sinks
     out = plan.run(q, k_cache, v_cache, block_table, seq_lens, sliding_window=128, sinks=layer_sinks)
 
+Multi-token queries (speculative-decoding verification, MTP): q [num_tokens, num_q_heads,
+head_dim] with q_indptr (int32 [batch + 1], vLLM's query_start_loc): sequence b's tokens are
+rows q_indptr[b] .. q_indptr[b + 1] - 1, its last n tokens, already in the cache; token i of n
+sees keys 0 .. len - n + i. The plan takes the most tokens a sequence (max_q_len, up to 16):
+
+    plan = vxqa_torch.DecodePlan(..., max_q_len=4)
+    out = plan.run(q, k_cache, v_cache, block_table, seq_lens, q_indptr=query_start_loc)
+
 They are torch.library custom ops underneath (torch.ops.vxqa.*) with fake kernels, so they
 work under torch.compile and in CUDA-graph capture. A bad argument raises ValueError naming
 it ("q: ...").
@@ -25,12 +33,13 @@ import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.vxqa)
 from . import _fake
-from ._fake import HEAD_DIMS, KV_CACHE_DTYPES, PLAN_FIELDS, plan_span  # noqa: F401
+from ._fake import HEAD_DIMS, KV_CACHE_DTYPES, MAX_Q_LEN, PLAN_FIELDS, plan_span  # noqa: F401
 from ._fake import VARIANT_LOGIT_SOFTCAP, VARIANT_SINKS, VARIANT_SLIDING_WINDOW  # noqa: F401
 
 # Bits of an error word (include/vxqa/kernel/error_bits.cuh): one set for decode and
 # append_kv, so one int32 word can collect a whole layer's.
-DECODE_ERROR_BAD_LENGTH = 1  # a length < 0, above max_context or past the block table: that sequence's out is NaN
+DECODE_ERROR_BAD_LENGTH = 1  # a length < 0, above max_context or past the block table, or (q_indptr) a
+#                              sequence with more query tokens than its length or than max_q_len: its out is NaN
 DECODE_ERROR_BAD_PAGE = 2  # a block-table id outside [0, num_pages) within the length: that sequence's out is NaN
 APPEND_ERROR_BAD_SLOT = 4  # a slot at or past num_pages * page_size: that token was not written
 ERROR_BAD_K_SCALE = 8  # a k_scale tensor holding 0, < 0, inf or NaN: decode's out and lse NaN, appended K rows NaN
@@ -57,16 +66,23 @@ def _variant(sliding_window, logit_softcap):
             0.0 if logit_softcap is None else float(logit_softcap))
 
 
+def _max_q_len(max_q_len):
+    """The op's max_q_len: None is the default (0: the op works it out from q's rows and the
+    plan), anything else goes as given (the op refuses what is out of range)."""
+    return 0 if max_q_len is None else max_q_len
+
+
 def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto", softmax_scale=None, k_scale=1.0,
            v_scale=1.0, max_context=None, out=None, lse=None, errors=None, sliding_window=0, logit_softcap=0.0,
-           sinks=None):
+           sinks=None, q_indptr=None, max_q_len=None):
     """One decode step: softmax(q K^T * softmax_scale) V per query head over the paged cache.
 
     The slow path: every call plans (asks the device for its SMs and occupancy) and takes a
     workspace from torch's allocator. A serving loop makes a DecodePlan once and calls
     plan.run(...) instead.
 
-    q            float16 or bfloat16 [batch, num_q_heads, head_dim], the last dimension contiguous.
+    q            float16 or bfloat16 [batch, num_q_heads, head_dim], the last dimension contiguous
+                 (with q_indptr [num_tokens, num_q_heads, head_dim]: a row a query token).
     k_cache      [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD, any strides but
     v_cache      the last): float8_e5m2 or float16, or uint8 holding E5M2 codes with
                  kv_cache_dtype="fp8_e5m2"; K and V share dtype, shape and strides.
@@ -80,8 +96,9 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
     k_scale, v_scale  real = stored * scale: a float, or a one-element float32 CUDA tensor.
     max_context  the plan's capacity (default block_table.size(1) * page_size): lengths
                  above it give NaN and DECODE_ERROR_BAD_LENGTH.
-    out          [batch, num_q_heads, head_dim] of q's dtype (allocated when None).
-    lse          optional float32 [batch, num_q_heads], filled with the natural-log LSE.
+    out          q's shape and dtype (allocated when None).
+    lse          optional float32 [batch, num_q_heads] ([num_tokens, num_q_heads] with q_indptr),
+                 filled with the natural-log LSE.
     errors       optional int32 CUDA tensor of one element: the ERROR bits are OR-ed in.
     sliding_window  0 or None (default): every key of the sequence. W > 0: the query (the
                  sequence's last token, position len - 1) sees keys len - W .. len - 1 only
@@ -93,7 +110,20 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
                  natural-log logit a query head that joins its softmax denominator with no
                  value row (gpt-oss); lse includes it. Read at every launch. A length-0
                  sequence then gives out 0 and lse = its sink.
-    Returns out. Batch 0 does nothing.
+    q_indptr     None (default): row b of q is sequence b's one query token. Or int32
+                 [batch + 1] on q's device, contiguous, non-decreasing from 0 (vLLM's
+                 query_start_loc, FlashInfer's qo_indptr; batch = block_table.size(0)):
+                 sequence b's n = q_indptr[b + 1] - q_indptr[b] query tokens (0..max_q_len)
+                 are rows q_indptr[b] .. q_indptr[b + 1] - 1 of q, out and lse; rows past
+                 q_indptr[batch] are neither read nor written. They are the sequence's last
+                 n tokens, already in the cache (seq_lens counts them): token i sees keys
+                 0 .. len - n + i, with a window the W keys ending there. A sequence with
+                 n > len or n > max_q_len gets DECODE_ERROR_BAD_LENGTH (its rows NaN where
+                 n <= max_q_len). Read at every launch; q_indptr[batch] must not pass q's rows
+                 (not checked: it is on the device).
+    max_q_len    with q_indptr, the most query tokens of a sequence, 1..16 (default: q's rows,
+                 at most 16); without it None or 1.
+    Returns out. Batch 0, or no query rows, does nothing.
     """
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -103,7 +133,7 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
     torch.ops.vxqa.decode_out(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
                               _softmax_scale(softmax_scale), k_value, v_value, k_tensor, v_tensor,
                               int(max_context or 0), out, lse, errors, sliding_window=window, logit_softcap=cap,
-                              sinks=sinks)
+                              sinks=sinks, q_indptr=q_indptr, max_q_len=_max_q_len(max_q_len))
     return out
 
 
@@ -141,11 +171,17 @@ class DecodePlan:
                                 of their own, without sliding_window.
     logit_softcap               True: run() may pass logit_softcap (the cap itself is run()'s).
     sinks                       True: run() may pass sinks (the tensor is run()'s).
+
+    max_q_len                   the most query tokens a sequence of a run has (1, default: one,
+                                q without q_indptr; up to 16: multi-token queries, run(...,
+                                q_indptr=...)). A plan for N > 1 runs on vxqa's multi-token
+                                Config, its workspace holds max_batch * N rows, and it runs
+                                steps of one token a sequence (without q_indptr) as well.
     """
 
     def __init__(self, *, num_kv_heads, head_dim, page_size, max_batch, max_context, num_q_heads=None,
                  group_size=None, q_dtype=torch.float16, kv_cache_dtype="auto", cache_dtype=None, device=None,
-                 sliding_window=0, logit_softcap=False, sinks=False):
+                 sliding_window=0, logit_softcap=False, sinks=False, max_q_len=1):
         if (num_q_heads is None) == (group_size is None):
             raise ValueError("num_q_heads: give num_q_heads or group_size (query heads per KV head), one of them")
         if group_size is None:
@@ -157,10 +193,11 @@ class DecodePlan:
                 raise ValueError('cache_dtype: needed with kv_cache_dtype "auto" (the cache\'s dtype says its format)')
             cache_dtype = torch.uint8  # "fp8_e5m2" runs on uint8 and float8_e5m2 caches alike
         variant, max_window = _plan_variant(sliding_window, logit_softcap, sinks)
+        q_len = _plan_max_q_len(max_q_len)
         device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         ints = torch.ops.vxqa.plan_decode(num_kv_heads, group_size, head_dim, page_size, max_batch, max_context,
                                           q_dtype, kv_cache_dtype, cache_dtype, device, variant=variant,
-                                          max_window=max_window)
+                                          max_window=max_window, max_q_len=q_len)
         workspace = torch.empty(ints[PLAN_FIELDS.index("workspace_bytes")], dtype=torch.uint8, device=device)
         self._init(ints, workspace, kv_cache_dtype)
 
@@ -178,7 +215,8 @@ class DecodePlan:
         self.kv_cache_dtype = kv_cache_dtype
 
     def __getattr__(self, name):
-        """The plan's fields by name: plan.head_dim, plan.chunk_tokens, plan.workspace_bytes, ..."""
+        """The plan's fields by name: plan.head_dim, plan.chunk_tokens, plan.max_q_len,
+        plan.workspace_bytes, ..."""
         ints = self.__dict__.get("ints")
         if name in PLAN_FIELDS and ints is not None and len(ints) == len(PLAN_FIELDS):
             return ints[PLAN_FIELDS.index(name)]
@@ -210,12 +248,15 @@ class DecodePlan:
         return "DecodePlan(" + ", ".join(f"{n}={v}" for n, v in zip(PLAN_FIELDS[1:], self.ints[1:])) + ")"
 
     def run(self, q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, k_scale=1.0, v_scale=1.0,
-            out=None, lse=None, errors=None, sliding_window=0, logit_softcap=0.0, sinks=None):
+            out=None, lse=None, errors=None, sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None,
+            max_q_len=None):
         """One decode step with this plan: decode()'s arguments and results (batch up to
         max_batch; the block table holds at least max_context tokens). Returns out.
         sliding_window, logit_softcap and sinks as for decode(), each only where the plan was
         made for it: a window of 1..plan.sliding_window on a plan made with one (0 is then
-        refused), a cap on a plan made with logit_softcap=True, sinks with sinks=True."""
+        refused), a cap on a plan made with logit_softcap=True, sinks with sinks=True.
+        q_indptr and max_q_len as for decode(), on a plan made with max_q_len > 1: max_q_len
+        at most plan.max_q_len (default: q's rows, at most plan.max_q_len)."""
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         k_value, k_tensor = _scale(k_scale)
@@ -224,7 +265,8 @@ class DecodePlan:
         torch.ops.vxqa.decode_planned(self.ints, self.workspace, q, k_cache, v_cache, block_table, seq_lens,
                                       self.kv_cache_dtype, _softmax_scale(softmax_scale), k_value, v_value,
                                       k_tensor, v_tensor, out, lse, errors, sliding_window=window,
-                                      logit_softcap=cap, sinks=sinks)
+                                      logit_softcap=cap, sinks=sinks, q_indptr=q_indptr,
+                                      max_q_len=_max_q_len(max_q_len))
         return out
 
 
@@ -252,6 +294,18 @@ def _plan_variant(sliding_window, logit_softcap, sinks):
     variant = ((VARIANT_SLIDING_WINDOW if window > 0 else 0) | (VARIANT_LOGIT_SOFTCAP if logit_softcap else 0)
                | (VARIANT_SINKS if sinks else 0))
     return variant, window
+
+
+def _plan_max_q_len(max_q_len):
+    """plan_decode's max_q_len from DecodePlan's argument, or ValueError naming it (plan_decode
+    checks the range, 1..MAX_Q_LEN)."""
+    try:
+        if isinstance(max_q_len, bool):
+            raise TypeError
+        return operator.index(max_q_len)
+    except TypeError:
+        raise ValueError(f"max_q_len: {max_q_len!r} is not an int (the most query tokens of a sequence its runs "
+                         f"pass, 1..{MAX_Q_LEN})") from None
 
 
 def append_kv(key, value, slot_mapping, k_cache, v_cache, *, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0,

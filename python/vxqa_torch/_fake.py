@@ -11,6 +11,11 @@ case both here (meta tensors) and through the C++ checks (CPU tensors).
 
 The plan's chunk arithmetic is mirrored too (plan_span, read_plan's num_chunks check): keep
 it in sync with include/vxqa/kernel/split_plan.cuh.
+
+Multi-token queries (q_indptr, max_q_len): q, out and lse have a row a query token,
+[num_tokens, ...], and the batch is the block table's; the fake kernels check q_indptr's
+dtype, shape [batch + 1] and contiguity and max_q_len's range, and against a plan its
+max_q_len. q_indptr's values are on the device: the kernel checks them.
 """
 import math
 import struct
@@ -37,24 +42,30 @@ ALL_VARIANT_FLAGS = 7
 
 # torch.ops.vxqa.plan_decode's ints, in order (decode_op.cpp's PlanField).
 PLAN_FIELDS = ("tag", "device", "head_dim", "cache_type", "qo_type", "page_size", "num_kv_heads", "group_size",
-               "config", "variant", "max_batch", "max_context", "max_window", "chunk_tokens", "num_chunks",
-               "workspace_bytes")
-PLAN_TAG = 0x7678716102  # "vxqa", layout 2
+               "config", "variant", "max_batch", "max_context", "max_window", "max_q_len", "chunk_tokens",
+               "num_chunks", "workspace_bytes")
+PLAN_TAG = 0x7678716103  # "vxqa", layout 3
+# The tags of older layouts (1: no variant, no max_window; 2: no max_q_len), refused by name.
+OLD_PLAN_TAGS = (0x7678716101, 0x7678716102)
+MAX_Q_LEN = 16  # launch.h's kMaxQueryLen: the most query tokens a sequence (the default Configs' opt::MaxQueryLen)
 INT_MAX = 2**31 - 1
 WINDOW_CHUNK_ALIGN = 16  # vxqa::kWindowChunkAlign
 
 
-def plan_span(max_context, max_window):
+def plan_span(max_context, max_window, max_q_len=1):
     """vxqa::plan_span (split_plan.cuh): the keys a step may read of one sequence, which the
     plan's chunks cover: max_context, or with a window of at most max_window keys, those and up
-    to WINDOW_CHUNK_ALIGN - 1 before them (a window's chunks start 16-aligned)."""
-    window_span = max_window + WINDOW_CHUNK_ALIGN - 1
+    to WINDOW_CHUNK_ALIGN - 1 before them (a window's chunks start 16-aligned), and with up to
+    max_q_len query tokens the max_q_len - 1 keys by which the first token's window starts
+    before the last's."""
+    window_span = max_window + (max_q_len - 1) + WINDOW_CHUNK_ALIGN - 1
     return window_span if max_window > 0 and window_span < max_context else max_context
 
 
-def plan_num_chunks(max_context, max_window, chunk_tokens):
-    """The chunks of chunk_tokens a plan of (max_context, max_window) has (make_decode_plan)."""
-    return -(-plan_span(max_context, max_window) // chunk_tokens)
+def plan_num_chunks(max_context, max_window, chunk_tokens, max_q_len=1):
+    """The chunks of chunk_tokens a plan of (max_context, max_window, max_q_len) has
+    (make_decode_plan)."""
+    return -(-plan_span(max_context, max_window, max_q_len) // chunk_tokens)
 
 
 def fp32(x):
@@ -169,6 +180,23 @@ def check_variant(sliding_window, logit_softcap, sinks, q_heads):
     check_contiguous(sinks, "sinks")
 
 
+def check_queries(q_indptr, max_q_len, batch):
+    """decode_op.cpp's check_queries: max_q_len 0 (the default) or 1..MAX_Q_LEN, at most 1
+    without q_indptr; q_indptr int32 [batch + 1], contiguous."""
+    check(sym_and(max_q_len >= 0, max_q_len <= MAX_Q_LEN),
+          lambda: f"max_q_len: {_n(max_q_len)} must be in 0..{MAX_Q_LEN} (the most query tokens of a sequence; "
+                  f"0: the default)")
+    if q_indptr is None:
+        check(max_q_len <= 1, lambda: f"max_q_len: {_n(max_q_len)} query tokens a sequence need q_indptr (the rows "
+                                      f"of each sequence's tokens); without it row b of q is sequence b's one token")
+        return
+    check_dtype(q_indptr, "q_indptr", (torch.int32,))
+    check(q_indptr.dim() == 1 and q_indptr.size(0) == batch + 1,
+          lambda: f"q_indptr: must be [batch + 1] = [{_n(batch + 1)}] (batch = block_table.size(0)), got shape "
+                  f"{_dims(q_indptr.shape)}")
+    check_contiguous(q_indptr, "q_indptr")
+
+
 def cache_format(kv_cache_dtype, dtype, name):
     """The cache's format (E5M2 or FP16) from vLLM's kv_cache_dtype and the tensor's dtype;
     tensor_checks.h's cache_format, message for message."""
@@ -215,13 +243,15 @@ def _same_shape(a, b):
 
 
 def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor, out,
-                 lse, errors, sliding_window=0, logit_softcap=0.0, sinks=None):
-    """decode_op.cpp's check_decode."""
-    check_dim(q, "q", 3, "[batch, num_q_heads, head_dim]")
+                 lse, errors, sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None, max_q_len=0):
+    """decode_op.cpp's check_decode. With q_indptr a row of q is a query token and the batch
+    is the block table's."""
+    multi = q_indptr is not None
+    check_dim(q, "q", 3, "[num_tokens, num_q_heads, head_dim]" if multi else "[batch, num_q_heads, head_dim]")
     check_dtype(q, "q", (torch.float16, torch.bfloat16))
     check_rows_contiguous(q, "q")
     fmt = check_cache_pair(k_cache, v_cache, kv_cache_dtype)
-    batch, q_heads, head_dim = q.shape
+    rows, q_heads, head_dim = q.shape
     kv_heads = k_cache.size(2)
     check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim")
     check(sym_or(*(head_dim == d for d in HEAD_DIMS)),
@@ -232,12 +262,14 @@ def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_s
 
     check_dim(block_table, "block_table", 2, "[batch, max_pages_per_seq]")
     check_dtype(block_table, "block_table", (torch.int32,))
-    check_size(block_table, "block_table", 0, batch, "q's batch")
+    batch = block_table.size(0) if multi else rows
+    if not multi:
+        check_size(block_table, "block_table", 0, batch, "q's batch")
     check_rows_contiguous(block_table, "block_table")
     check(block_table.size(1) >= 1, lambda: "block_table: needs at least one page per sequence")
     check_dim(seq_lens, "seq_lens", 1, "[batch]")
     check_dtype(seq_lens, "seq_lens", (torch.int32,))
-    check_size(seq_lens, "seq_lens", 0, batch, "q's batch")
+    check_size(seq_lens, "seq_lens", 0, batch, "block_table's batch" if multi else "q's batch")
     check_contiguous(seq_lens, "seq_lens")
 
     check(_same_shape(out, q), lambda: f"out: shape {_dims(out.shape)} differs from q's {_dims(q.shape)}")
@@ -245,22 +277,24 @@ def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_s
     check_rows_contiguous(out, "out")
     if lse is not None:
         check_dtype(lse, "lse", (torch.float32,))
-        check(lse.dim() == 2 and sym_and(lse.size(0) == batch, lse.size(1) == q_heads),
-              lambda: f"lse: must be [batch, num_q_heads] = [{_n(batch)}, {_n(q_heads)}], got shape {_dims(lse.shape)}")
+        check(lse.dim() == 2 and sym_and(lse.size(0) == rows, lse.size(1) == q_heads),
+              lambda: f"lse: must be {'[num_tokens, num_q_heads]' if multi else '[batch, num_q_heads]'} = "
+                      f"[{_n(rows)}, {_n(q_heads)}], got shape {_dims(lse.shape)}")
         check_contiguous(lse, "lse")
     check_errors(errors)
     check_scale_tensor(k_scale_tensor, "k_scale")
     check_scale_tensor(v_scale_tensor, "v_scale")
     check_variant(sliding_window, logit_softcap, sinks, q_heads)
+    check_queries(q_indptr, max_q_len, batch)
     return fmt
 
 
 @torch.library.register_fake("vxqa::decode_out")
 def _decode_out_fake(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, softmax_scale, k_scale, v_scale,
                      k_scale_tensor, v_scale_tensor, max_context, out, lse, errors, sliding_window=0,
-                     logit_softcap=0.0, sinks=None):
+                     logit_softcap=0.0, sinks=None, q_indptr=None, max_q_len=0):
     check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor, out,
-                 lse, errors, sliding_window, logit_softcap, sinks)
+                 lse, errors, sliding_window, logit_softcap, sinks, q_indptr, max_q_len)
     table_tokens = block_table.size(1) * k_cache.size(1)
     # 0 means the table's capacity, which is itself checked (a page size of 0 makes it 0)
     check(sym_or(sym_and(max_context == 0, table_tokens >= 1), sym_and(max_context >= 1, max_context <= table_tokens)),
@@ -270,7 +304,11 @@ def _decode_out_fake(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype,
 
 def read_plan(plan):
     """decode_op.cpp's read_plan: the plan's fields by name, or ValueError("plan: ...")."""
-    check(len(plan) == len(PLAN_FIELDS) and plan[0] == PLAN_TAG,
+    tag = plan[0] if len(plan) else 0
+    check(tag not in OLD_PLAN_TAGS,
+          lambda: f"plan: made by an older vxqa_torch (plan layout {tag & 0xff}; this one reads layout 3, which adds "
+                  f"max_q_len): make the plan again with vxqa_torch.DecodePlan")
+    check(len(plan) == len(PLAN_FIELDS) and tag == PLAN_TAG,
           lambda: f"plan: not made by torch.ops.vxqa.plan_decode ({len(plan)} ints; use vxqa_torch.DecodePlan)")
     check(all(v >= 0 for v in plan), lambda: "plan: holds a negative field: not made by plan_decode")
     fields = dict(zip(PLAN_FIELDS, plan))
@@ -282,23 +320,26 @@ def read_plan(plan):
     check(fields["cache_type"] in (E5M2, FP16), lambda: f"plan: cache type {fields['cache_type']} is not e5m2 or fp16")
     check(fields["qo_type"] in (FP16_Q, BF16_Q), lambda: f"plan: q type {fields['qo_type']} is unknown")
     for name in ("page_size", "device", "config", "num_kv_heads", "group_size", "max_batch", "max_context",
-                 "chunk_tokens", "num_chunks", "max_window"):  # in read_plan's order
+                 "chunk_tokens", "num_chunks", "max_window", "max_q_len"):  # in read_plan's order
         check_int(name)
     check(fields["variant"] <= ALL_VARIANT_FLAGS,
           lambda: f"plan.variant: {fields['variant']} has bits that are not vxqa::VariantFlag values")
     check(fields["max_window"] == 0 or bool(fields["variant"] & VARIANT_SLIDING_WINDOW),
           lambda: f"plan.max_window: {fields['max_window']} is set, but the plan's variant has no sliding window")
+    q_len = fields["max_q_len"]
+    check(1 <= q_len <= MAX_Q_LEN, lambda: f"plan.max_q_len: {q_len} is outside 1..{MAX_Q_LEN}")
     chunk = fields["chunk_tokens"]
     check(chunk >= 1, lambda: f"plan.chunk_tokens: {chunk} must be >= 1")
-    span = plan_span(fields["max_context"], fields["max_window"])
-    chunks = plan_num_chunks(fields["max_context"], fields["max_window"], chunk)
+    span = plan_span(fields["max_context"], fields["max_window"], q_len)
+    chunks = plan_num_chunks(fields["max_context"], fields["max_window"], chunk, q_len)
     check(fields["num_chunks"] == chunks,
           lambda: f"plan.num_chunks: {fields['num_chunks']} does not match the {chunks} chunks of {chunk} tokens that "
-                  f"cover the plan's span of {span} keys (max_context, or max_window + {WINDOW_CHUNK_ALIGN - 1})")
+                  f"cover the plan's span of {span} keys (max_context, or max_window + max_q_len + "
+                  f"{WINDOW_CHUNK_ALIGN - 2})")
     return fields
 
 
-def check_against_plan(pl, q, k_cache, block_table, fmt, workspace):
+def check_against_plan(pl, q, k_cache, block_table, fmt, workspace, q_indptr=None):
     """decode_op.cpp's check_against_plan."""
     remedy = " (a DecodePlan serves one model shape: make one per shape)"
     names = {E5M2: "e5m2", FP16: "fp16"}
@@ -315,8 +356,9 @@ def check_against_plan(pl, q, k_cache, block_table, fmt, workspace):
           lambda: f"k_cache: {_n(k_cache.size(2))} KV heads differ from the plan's {pl['num_kv_heads']}{remedy}")
     q_heads = pl["num_kv_heads"] * pl["group_size"]
     check(q.size(1) == q_heads, lambda: f"q: {_n(q.size(1))} query heads differ from the plan's {q_heads}{remedy}")
-    check(q.size(0) <= pl["max_batch"],
-          lambda: f"q: batch {_n(q.size(0))} is above the plan's max_batch {pl['max_batch']}")
+    batch, name = (block_table.size(0), "block_table") if q_indptr is not None else (q.size(0), "q")
+    check(batch <= pl["max_batch"],
+          lambda: f"{name}: batch {_n(batch)} is above the plan's max_batch {pl['max_batch']}")
     check(block_table.size(1) * k_cache.size(1) >= pl["max_context"],
           lambda: f"block_table: {_n(block_table.size(1))} pages of {_n(k_cache.size(1))} tokens hold less than the plan's "
                   f"max_context {pl['max_context']}")
@@ -349,15 +391,28 @@ def check_variant_against_plan(pl, sliding_window, logit_softcap, sinks):
               lambda: "sinks: given to a plan made without sinks: make the plan with DecodePlan(..., sinks=True)")
 
 
+def check_queries_against_plan(pl, q_indptr, max_q_len):
+    """decode_op.cpp's check_queries_against_plan: q_indptr needs a plan for several tokens a
+    sequence, max_q_len at most the plan's."""
+    plan_q_len = pl["max_q_len"]
+    check(q_indptr is None or plan_q_len > 1,
+          lambda: "q_indptr: given to a plan made for one query token a sequence: make the plan with "
+                  "DecodePlan(..., max_q_len=N), N the most query tokens of a sequence its runs pass")
+    check(max_q_len <= plan_q_len,
+          lambda: f"max_q_len: {_n(max_q_len)} is above the plan's {plan_q_len} (DecodePlan(max_q_len={plan_q_len}): "
+                  f"its workspace holds no more rows)")
+
+
 @torch.library.register_fake("vxqa::decode_planned")
 def _decode_planned_fake(plan, workspace, q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, softmax_scale,
                          k_scale, v_scale, k_scale_tensor, v_scale_tensor, out, lse, errors, sliding_window=0,
-                         logit_softcap=0.0, sinks=None):
+                         logit_softcap=0.0, sinks=None, q_indptr=None, max_q_len=0):
     pl = read_plan(plan)
     fmt = check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_scale_tensor, v_scale_tensor,
-                       out, lse, errors, sliding_window, logit_softcap, sinks)
-    check_against_plan(pl, q, k_cache, block_table, fmt, workspace)
+                       out, lse, errors, sliding_window, logit_softcap, sinks, q_indptr, max_q_len)
+    check_against_plan(pl, q, k_cache, block_table, fmt, workspace, q_indptr)
     check_variant_against_plan(pl, sliding_window, logit_softcap, sinks)
+    check_queries_against_plan(pl, q_indptr, max_q_len)
 
 
 @torch.library.register_fake("vxqa::append_kv")

@@ -13,6 +13,12 @@ The attention variants, from their definitions (keyword arguments, each off by d
                         sum_j e^(s_j)), lse = log(e^sink + sum_j e^(s_j)); a length-0 sequence
                         gives out 0 and lse = sink.
 
+Multi-token queries (keyword q_indptr, int32 [batch + 1]): sequence b's n = q_indptr[b + 1] -
+q_indptr[b] query tokens are rows q_indptr[b] .. q_indptr[b + 1] - 1 of q [num_tokens, ...],
+the last n of its len cached tokens; token i (0-based) sits at position p = len - n + i and
+sees keys 0 .. p, with a window of W keys p - W + 1 .. p (visible_keys). out and lse have q's
+rows; a row past q_indptr[batch] is NaN (no sequence's: a kernel leaves it as it was).
+
 decode_error_model and error_bounds (or both at once, decode_bounds) say how far a correct
 kernel's outputs may lie from it, element by element: a port of vxqa's C++ error model
 (testing/include/vxqa/testing/error_model.h) and of compare.h's bounds, which the C++ tests
@@ -44,6 +50,44 @@ def first_visible_key(length, sliding_window):
     return length - sliding_window if sliding_window and 0 < sliding_window < length else 0
 
 
+def visible_keys(length, n, i, sliding_window=0):
+    """The keys [begin, end) that query token i of the last n of a sequence's `length` tokens
+    sees (decode_reference.h's visible_keys): causal to its position p = length - n + i, so
+    keys 0 .. p, cut to the window's last W (0: no window), p - W + 1 .. p. n = 1, i = 0 is
+    the one-token query: first_visible_key(length, W) .. length. Empty for the one query of an
+    empty sequence (p = -1)."""
+    p = length - n + i
+    begin = max(0, p - sliding_window + 1) if sliding_window and sliding_window > 0 else 0
+    return begin, max(p + 1, 0)
+
+
+def query_rows(seq_lens, q_indptr=None, num_rows=None):
+    """[(first row, n)] a sequence: its query tokens are rows first .. first + n - 1 of q, out
+    and lse; (b, 1) without q_indptr. With q_indptr, ValueError("q_indptr: ...") unless it is
+    [batch + 1], starts at 0, does not decrease, ends within num_rows (q's rows), and every
+    sequence has at least as many cached tokens as query tokens (the tokens are its last)."""
+    lengths = seq_lens.tolist()
+    if q_indptr is None:
+        return [(b, 1) for b in range(len(lengths))]
+    offsets = [int(x) for x in q_indptr.tolist()]
+    if len(offsets) != len(lengths) + 1:
+        raise ValueError(f"q_indptr: must be [batch + 1] = [{len(lengths) + 1}], got {len(offsets)} offsets")
+    if offsets[0] != 0:
+        raise ValueError(f"q_indptr: q_indptr[0] is {offsets[0]}, must be 0")
+    rows = []
+    for b, length in enumerate(lengths):
+        n = offsets[b + 1] - offsets[b]
+        if n < 0:
+            raise ValueError(f"q_indptr: decreases at {b + 1} ({offsets[b]} then {offsets[b + 1]})")
+        if n > length:
+            raise ValueError(f"q_indptr: sequence {b} has {n} query tokens but only {length} cached tokens (its query "
+                             f"tokens are its last)")
+        rows.append((offsets[b], n))
+    if num_rows is not None and offsets[-1] > num_rows:
+        raise ValueError(f"q_indptr: q_indptr[batch] is {offsets[-1]}, past q's {num_rows} rows")
+    return rows
+
+
 def _check_variant(sliding_window, logit_softcap, sinks, q_heads):
     """The variant's arguments as plain numbers (window int >= 0, cap float >= 0) and the
     sinks' shape, or ValueError naming the argument."""
@@ -59,12 +103,15 @@ def _check_variant(sliding_window, logit_softcap, sinks, q_heads):
 
 
 def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0, *,
-                     sliding_window=0, logit_softcap=0.0, sinks=None):
-    """(out, lse) in float64: out [batch, num_q_heads, head_dim], lse [batch, num_q_heads].
-    sliding_window, logit_softcap, sinks: the variants (module docstring), each off by
-    default (0, 0, None; vLLM's None means off too)."""
-    batch, q_heads, head_dim = q.shape
+                     sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None):
+    """(out, lse) in float64: out [batch, num_q_heads, head_dim], lse [batch, num_q_heads]
+    (with q_indptr [num_tokens, ...], q's rows: a row a query token, token i of a sequence's n
+    seeing keys 0 .. len - n + i; rows of no sequence NaN). sliding_window, logit_softcap,
+    sinks: the variants (module docstring), each off by default (0, 0, None; vLLM's None means
+    off too)."""
+    batch, q_heads, head_dim = q.shape  # (batch: q's rows)
     window, cap = _check_variant(sliding_window, logit_softcap, sinks, q_heads)
+    rows = query_rows(seq_lens, q_indptr, batch)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     keys, values = dequantize(k_cache, k_scale), dequantize(v_cache, v_scale)
@@ -72,24 +119,36 @@ def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=N
     group = q_heads // kv_heads
     out = torch.zeros(batch, q_heads, head_dim, dtype=torch.float64, device=q.device)
     lse = torch.full((batch, q_heads), -math.inf, dtype=torch.float64, device=q.device)
+    if q_indptr is not None:  # rows of no sequence: NaN (a kernel does not write them)
+        unused = torch.ones(batch, dtype=torch.bool)
+        for first, n in rows:
+            unused[first: first + n] = False
+        out[unused.to(q.device)] = math.nan
+        lse[unused.to(q.device)] = math.nan
     sink = None if sinks is None else sinks.to(device=q.device, dtype=torch.float64).reshape(kv_heads, group)
     for b, length in enumerate(seq_lens.tolist()):
-        if length == 0:
-            if sink is not None:  # the sink alone: out 0, lse = sink
-                lse[b] = sink.reshape(q_heads)
+        first_row, n = rows[b]
+        if n == 0:
             continue
-        first = first_visible_key(length, window)
-        k = gather_sequence(keys, block_table[b], length)[first:]
-        v = gather_sequence(values, block_table[b], length)[first:]
-        qb = q[b].to(torch.float64).reshape(kv_heads, group, head_dim)  # head h -> KV head h // group
-        scores = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
-        if cap > 0:
-            scores = cap * torch.tanh(scores / cap)
-        logits = scores if sink is None else torch.cat([scores, sink[..., None]], dim=-1)  # the sink: no value row
-        row_lse = torch.logsumexp(logits, dim=-1)
-        weights = torch.exp(scores - row_lse[..., None])
-        out[b] = torch.einsum("hgt,thd->hgd", weights, v).reshape(q_heads, head_dim)
-        lse[b] = row_lse.reshape(q_heads)
+        if length == 0:  # (one query token: with q_indptr n <= length)
+            if sink is not None:  # the sink alone: out 0, lse = sink
+                lse[first_row] = sink.reshape(q_heads)
+            continue
+        seq_k = gather_sequence(keys, block_table[b], length)
+        seq_v = gather_sequence(values, block_table[b], length)
+        for i in range(n):
+            row = first_row + i
+            begin, end = visible_keys(length, n, i, window)  # one token: first_visible_key .. length
+            k, v = seq_k[begin:end], seq_v[begin:end]
+            qb = q[row].to(torch.float64).reshape(kv_heads, group, head_dim)  # head h -> KV head h // group
+            scores = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
+            if cap > 0:
+                scores = cap * torch.tanh(scores / cap)
+            logits = scores if sink is None else torch.cat([scores, sink[..., None]], dim=-1)  # the sink: no value
+            row_lse = torch.logsumexp(logits, dim=-1)
+            weights = torch.exp(scores - row_lse[..., None])
+            out[row] = torch.einsum("hgt,thd->hgd", weights, v).reshape(q_heads, head_dim)
+            lse[row] = row_lse.reshape(q_heads)
     return out, lse
 
 
@@ -110,7 +169,7 @@ OUT_MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7}
 class ErrorModel(NamedTuple):
     """Per element, float64: the standard deviation of the random part of a correct kernel's
     error and a bound on its correlated part. out_* [batch, num_q_heads, head_dim], lse_*
-    [batch, num_q_heads]; 0 for length-0 sequences and for rows whose max score or
+    [batch, num_q_heads] (with q_indptr a row a query token); 0 for length-0 sequences and for rows whose max score or
     reference lse is not finite (those follow the NaN/inf rules instead)."""
     out_sigma: torch.Tensor
     out_fixed: torch.Tensor
@@ -118,7 +177,8 @@ class ErrorModel(NamedTuple):
     lse_fixed: torch.Tensor
 
     def select(self, index):
-        """The model of the sequences `index` picks (as out[index] picks their outputs)."""
+        """The model of the rows `index` picks (as out[index] picks their outputs): sequences,
+        or with q_indptr query tokens."""
         return ErrorModel(*(t[index] for t in self))
 
 
@@ -153,10 +213,12 @@ def half_ulp(x, mantissa_bits):
 
 
 def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
-                       chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None):
+                       chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None):
     """The error model of decode_reference(q, k_cache, v_cache, block_table, seq_lens,
-    softmax_scale, k_scale, v_scale, sliding_window=..., logit_softcap=..., sinks=...), whose
-    outputs are (ref_out, ref_lse): the same arguments. `chunk_tokens` is the plan's chunk (0
+    softmax_scale, k_scale, v_scale, sliding_window=..., logit_softcap=..., sinks=...,
+    q_indptr=...), whose outputs are (ref_out, ref_lse): the same arguments; per row (with
+    q_indptr a row a query token: each row's terms over the keys it sees, its chunks counted
+    from its first key, as error_model.h has them; rows of no sequence 0). `chunk_tokens` is the plan's chunk (0
     or >= the longest sequence: one chunk, no combine); 64, the finest a plan takes, serves
     every plan of a problem (its combine term is about 1 % of the variance).
 
@@ -192,95 +254,101 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
     out_fixed = torch.zeros_like(out_sigma)
     lse_sigma = torch.zeros(batch, q_heads, **f64)
     lse_fixed = torch.zeros_like(lse_sigma)
+    queries = query_rows(seq_lens, q_indptr, batch)
     for b, length in enumerate(seq_lens.tolist()):
-        if length < 0 or (length == 0 and sink is None):
+        first_row, tokens = queries[b]
+        if tokens == 0 or length < 0 or (length == 0 and sink is None):
             continue
-        lse = ref_lse[b].reshape(kv_heads, group)
-        out = ref_out[b].reshape(kv_heads, group, head_dim)
-        if length == 0:  # the sink alone: out exactly 0, lse = the sink
-            lse_fixed[b] = torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0).reshape(q_heads)
+        if length == 0:  # (one query token) the sink alone: out exactly 0, lse = the sink
+            lse = ref_lse[first_row].reshape(kv_heads, group)
+            lse_fixed[first_row] = torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0).reshape(q_heads)
             continue
-        first = first_visible_key(length, window)
-        n = length - first  # the keys the query sees
-        k = gather_sequence(keys, block_table[b], length)[first:]  # [n, h, d]
-        v = gather_sequence(values, block_table[b], length)[first:]
-        qb = q[b].to(**f64).reshape(kv_heads, group, head_dim)  # head h * group + g reads KV head h
-        # Scores (natural units, as the reference), the sum |q_i k_i| term of their error
-        # (times tanh's slope with a soft-cap) and the soft-cap's c_j, [h, g, n].
-        s = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
-        s_abs = torch.einsum("hgd,thd->hgt", qb.abs(), k.abs()) * abs(softmax_scale)
-        if cap > 0:
-            x = s / cap
-            sech2 = torch.where(x.isfinite(), torch.cosh(x).pow(-2), 0.0)  # 0 where tanh is flat
-            s = cap * torch.tanh(x)
-            s_abs = torch.where(sech2 > 0, s_abs * sech2, 0.0)
-            c_cap = torch.where(sech2 > 0, cap * sech2 * x, 0.0)
-        row_max = s.amax(dim=-1)
-        rows = torch.isfinite(row_max) & torch.isfinite(lse)  # the others: the NaN/inf rules
-        # Per-token weights and their error's variance e2; a weight of 0 (a -inf score, or one
-        # that underflows) has no error and takes no part (never 0 * inf).
-        shifted = s - row_max[..., None]
-        p = torch.exp(shifted)
-        live = rows[..., None] & (p != 0)
-        p = torch.where(live, p, 0.0)
-        score_error = 2.0**-22 * (s_abs + s.abs()) * LOG2E  # base-2 units
-        rounding = weight_rounding_sigma(p)
-        rel2 = LN2**2 * score_error**2 / 3 + 2.0**-44 + ((2.0**-20 * cap) ** 2 / 3 if cap > 0 else 0.0)
-        e2 = torch.where(live, rounding**2 + p**2 * rel2, 0.0)
-        shift_w = torch.where(live, p * shifted * LOG2E, 0.0)
-        cap_w = torch.where(live, p * c_cap, 0.0) if cap > 0 else None
-        l = p.sum(-1)
-        max_abs = torch.where(rows, row_max.abs(), 0.0)
-        # The sink: weight w in the scores' frame, its error e2_w; total L = l + w.
-        if sink is not None:
-            w = torch.where(rows, torch.exp(sink - torch.where(rows, row_max, 0.0)), 0.0)
-            e2_w = (2.0**-21 * w) ** 2 / 3
-            chunk_max = torch.maximum(max_abs, torch.where(sink.isfinite(), sink.abs(), 0.0))
-        else:
-            w, e2_w, chunk_max = 0.0, 0.0, max_abs
-        total = torch.where(rows, l + w, 1.0)
-        chunk = chunk_tokens if 0 < chunk_tokens < n else n
-        split = chunk < n
-        chunk_eps = 2.0**-21 * (chunk_max * LOG2E + 24)  # a chunk weight's relative fp32 error
-        row_lse_sigma = (e2.sum(-1) + e2_w).sqrt() / total
-        row_lse_fixed = (LN2 * SCALE_EPS * (shift_w.sum(-1).abs() / total + max_abs * LOG2E * (l / total))
-                         + 2.0**-20 * (lse.abs() + 1) + (chunk_eps if split else 0.0))
-        if cap > 0:
-            row_lse_fixed = row_lse_fixed + SCALE_EPS * cap_w.sum(-1).abs() / total
-        # Per dim: sum e2 (v - out)^2, the scale's shared shifts, sum p |v - out|, and the
-        # chunks' sums sum_{j in c} p (v - out); over blocks of whole chunks, to bound memory.
-        var = torch.zeros(kv_heads, group, head_dim, **f64)
-        shift, spread, chunk_var = torch.zeros_like(var), torch.zeros_like(var), torch.zeros_like(var)
-        cap_shift = torch.zeros_like(var)
-        block = chunk * max(1, 4096 // chunk)
-        for t0 in range(0, n, block):
-            t1 = min(n, t0 + block)
-            live_t = live[..., t0:t1, None]
-            dv = torch.where(live_t, v[t0:t1].permute(1, 0, 2)[:, None] - out[:, :, None], 0.0)  # [h, g, t, d]
-            var += torch.einsum("hgt,hgtd->hgd", e2[..., t0:t1], dv * dv)
-            shift += torch.einsum("hgt,hgtd->hgd", shift_w[..., t0:t1], dv)
-            spread += torch.einsum("hgt,hgtd->hgd", p[..., t0:t1], dv.abs())
+        seq_k = gather_sequence(keys, block_table[b], length)
+        seq_v = gather_sequence(values, block_table[b], length)
+        for i in range(tokens):  # each query token's row, over the keys it sees
+            row = first_row + i
+            lse = ref_lse[row].reshape(kv_heads, group)
+            out = ref_out[row].reshape(kv_heads, group, head_dim)
+            first, end = visible_keys(length, tokens, i, window)  # one token: first_visible_key .. length
+            n = end - first  # the keys the query sees
+            k, v = seq_k[first:end], seq_v[first:end]  # [n, h, d]
+            qb = q[row].to(**f64).reshape(kv_heads, group, head_dim)  # head h * group + g reads KV head h
+            # Scores (natural units, as the reference), the sum |q_i k_i| term of their error
+            # (times tanh's slope with a soft-cap) and the soft-cap's c_j, [h, g, n].
+            s = torch.einsum("hgd,thd->hgt", qb, k) * softmax_scale
+            s_abs = torch.einsum("hgd,thd->hgt", qb.abs(), k.abs()) * abs(softmax_scale)
             if cap > 0:
-                cap_shift += torch.einsum("hgt,hgtd->hgd", cap_w[..., t0:t1], dv)
-            if split:
-                pdv = p[..., t0:t1, None] * dv
-                pad = (-(t1 - t0)) % chunk
-                if pad:
-                    pdv = torch.cat([pdv, pdv.new_zeros(kv_heads, group, pad, head_dim)], dim=2)
-                sums = pdv.reshape(kv_heads, group, -1, chunk, head_dim).sum(dim=3)
-                chunk_var += (sums * sums).sum(dim=2)
-        if sink is not None:  # the sink: a token of value 0
-            var += e2_w[..., None] * out * out
-            shift += (torch.where(rows, row_max, 0.0) * LOG2E * w)[..., None] * out
-            spread += w[..., None] * out.abs()
-        combine_var = chunk_eps[..., None] ** 2 / 3 * chunk_var if split else 0.0
-        row_out_sigma = (var + combine_var).sqrt() / total[..., None]
-        row_out_fixed = ((LN2 * SCALE_EPS * shift.abs() + SCALE_EPS * cap_shift.abs() + 2.0**-22 * spread)
-                         / total[..., None])
-        out_sigma[b] = torch.where(rows[..., None], row_out_sigma, 0.0).reshape(q_heads, head_dim)
-        out_fixed[b] = torch.where(rows[..., None], row_out_fixed, 0.0).reshape(q_heads, head_dim)
-        lse_sigma[b] = torch.where(rows, row_lse_sigma, 0.0).reshape(q_heads)
-        lse_fixed[b] = torch.where(rows, row_lse_fixed, 0.0).reshape(q_heads)
+                x = s / cap
+                sech2 = torch.where(x.isfinite(), torch.cosh(x).pow(-2), 0.0)  # 0 where tanh is flat
+                s = cap * torch.tanh(x)
+                s_abs = torch.where(sech2 > 0, s_abs * sech2, 0.0)
+                c_cap = torch.where(sech2 > 0, cap * sech2 * x, 0.0)
+            row_max = s.amax(dim=-1)
+            rows = torch.isfinite(row_max) & torch.isfinite(lse)  # the others: the NaN/inf rules
+            # Per-token weights and their error's variance e2; a weight of 0 (a -inf score, or one
+            # that underflows) has no error and takes no part (never 0 * inf).
+            shifted = s - row_max[..., None]
+            p = torch.exp(shifted)
+            live = rows[..., None] & (p != 0)
+            p = torch.where(live, p, 0.0)
+            score_error = 2.0**-22 * (s_abs + s.abs()) * LOG2E  # base-2 units
+            rounding = weight_rounding_sigma(p)
+            rel2 = LN2**2 * score_error**2 / 3 + 2.0**-44 + ((2.0**-20 * cap) ** 2 / 3 if cap > 0 else 0.0)
+            e2 = torch.where(live, rounding**2 + p**2 * rel2, 0.0)
+            shift_w = torch.where(live, p * shifted * LOG2E, 0.0)
+            cap_w = torch.where(live, p * c_cap, 0.0) if cap > 0 else None
+            l = p.sum(-1)
+            max_abs = torch.where(rows, row_max.abs(), 0.0)
+            # The sink: weight w in the scores' frame, its error e2_w; total L = l + w.
+            if sink is not None:
+                w = torch.where(rows, torch.exp(sink - torch.where(rows, row_max, 0.0)), 0.0)
+                e2_w = (2.0**-21 * w) ** 2 / 3
+                chunk_max = torch.maximum(max_abs, torch.where(sink.isfinite(), sink.abs(), 0.0))
+            else:
+                w, e2_w, chunk_max = 0.0, 0.0, max_abs
+            total = torch.where(rows, l + w, 1.0)
+            chunk = chunk_tokens if 0 < chunk_tokens < n else n
+            split = chunk < n
+            chunk_eps = 2.0**-21 * (chunk_max * LOG2E + 24)  # a chunk weight's relative fp32 error
+            row_lse_sigma = (e2.sum(-1) + e2_w).sqrt() / total
+            row_lse_fixed = (LN2 * SCALE_EPS * (shift_w.sum(-1).abs() / total + max_abs * LOG2E * (l / total))
+                             + 2.0**-20 * (lse.abs() + 1) + (chunk_eps if split else 0.0))
+            if cap > 0:
+                row_lse_fixed = row_lse_fixed + SCALE_EPS * cap_w.sum(-1).abs() / total
+            # Per dim: sum e2 (v - out)^2, the scale's shared shifts, sum p |v - out|, and the
+            # chunks' sums sum_{j in c} p (v - out); over blocks of whole chunks, to bound memory.
+            var = torch.zeros(kv_heads, group, head_dim, **f64)
+            shift, spread, chunk_var = torch.zeros_like(var), torch.zeros_like(var), torch.zeros_like(var)
+            cap_shift = torch.zeros_like(var)
+            block = chunk * max(1, 4096 // chunk)
+            for t0 in range(0, n, block):
+                t1 = min(n, t0 + block)
+                live_t = live[..., t0:t1, None]
+                dv = torch.where(live_t, v[t0:t1].permute(1, 0, 2)[:, None] - out[:, :, None], 0.0)  # [h, g, t, d]
+                var += torch.einsum("hgt,hgtd->hgd", e2[..., t0:t1], dv * dv)
+                shift += torch.einsum("hgt,hgtd->hgd", shift_w[..., t0:t1], dv)
+                spread += torch.einsum("hgt,hgtd->hgd", p[..., t0:t1], dv.abs())
+                if cap > 0:
+                    cap_shift += torch.einsum("hgt,hgtd->hgd", cap_w[..., t0:t1], dv)
+                if split:
+                    pdv = p[..., t0:t1, None] * dv
+                    pad = (-(t1 - t0)) % chunk
+                    if pad:
+                        pdv = torch.cat([pdv, pdv.new_zeros(kv_heads, group, pad, head_dim)], dim=2)
+                    sums = pdv.reshape(kv_heads, group, -1, chunk, head_dim).sum(dim=3)
+                    chunk_var += (sums * sums).sum(dim=2)
+            if sink is not None:  # the sink: a token of value 0
+                var += e2_w[..., None] * out * out
+                shift += (torch.where(rows, row_max, 0.0) * LOG2E * w)[..., None] * out
+                spread += w[..., None] * out.abs()
+            combine_var = chunk_eps[..., None] ** 2 / 3 * chunk_var if split else 0.0
+            row_out_sigma = (var + combine_var).sqrt() / total[..., None]
+            row_out_fixed = ((LN2 * SCALE_EPS * shift.abs() + SCALE_EPS * cap_shift.abs() + 2.0**-22 * spread)
+                             / total[..., None])
+            out_sigma[row] = torch.where(rows[..., None], row_out_sigma, 0.0).reshape(q_heads, head_dim)
+            out_fixed[row] = torch.where(rows[..., None], row_out_fixed, 0.0).reshape(q_heads, head_dim)
+            lse_sigma[row] = torch.where(rows, row_lse_sigma, 0.0).reshape(q_heads)
+            lse_fixed[row] = torch.where(rows, row_lse_fixed, 0.0).reshape(q_heads)
     return ErrorModel(out_sigma, out_fixed, lse_sigma, lse_fixed)
 
 
@@ -303,11 +371,12 @@ def error_bounds(model, ref_out, out_dtype, sigmas=8.0):
 
 
 def decode_bounds(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
-                  out_dtype, sigmas=8.0, chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None):
+                  out_dtype, sigmas=8.0, chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None,
+                  q_indptr=None):
     """(out_bound, lse_bound) per element for the outputs (ref_out, ref_lse) of
-    decode_reference with the same arguments (the variants' included), for a kernel writing
-    out_dtype."""
+    decode_reference with the same arguments (the variants' and q_indptr included), for a
+    kernel writing out_dtype."""
     model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out,
                                ref_lse, chunk_tokens, sliding_window=sliding_window, logit_softcap=logit_softcap,
-                               sinks=sinks)
+                               sinks=sinks, q_indptr=q_indptr)
     return error_bounds(model, ref_out, out_dtype, sigmas)
