@@ -4,7 +4,8 @@
 // page size and edge (masked chunks with NaN/inf V under them beside a live chunk, on
 // Configs of both atoms, among them), every Config, q/out strides and offsets, bf16 q/out,
 // device scales and graph replays, groups of three M tiles and compile-time page sizes that
-// are not multiples of 16, each case within its CPU budget and workspace; built cases are
+// are not multiples of 16, multi-token queries of every q_len bucket (2..4, 5..16, ragged) on
+// both atoms, each case within its CPU budget and workspace; built cases are
 // decode steps that validate() accepts with their strides, types and scale pointers, q is
 // laid out and out gathered exactly, bf16 q holds the values the reference takes; the smoke's
 // 50 seeds cover every Config and a merge of more than 32 chunks; masked tails give NaN
@@ -120,6 +121,40 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     REQUIRE(c.plan.max_context >= std::max(c.longest(), 1));
     REQUIRE(c.plan.max_context <= room);
     REQUIRE((c.plan.sm_count >= 1 && c.plan.sm_count <= 200));
+    // Multi-token queries: the counts the problem will have (cut to the lengths), max_q_len
+    // at or above the most of them and at most the plan's, which the Configs allow.
+    REQUIRE((c.max_q_len >= 1 && c.max_q_len <= c.plan.max_q_len && c.plan.max_q_len <= kMaxQueryLen));
+    REQUIRE(c.max_q_len >= c.most_queries());
+    if (!c.multi_token()) {
+      REQUIRE(c.q_counts.empty());
+      REQUIRE(c.max_q_len == 1);
+      REQUIRE(c.plan.max_q_len == 1);
+      REQUIRE(o.q_len == 0);
+    } else {
+      REQUIRE((c.q_len >= 1 && c.q_len <= kMaxQueryLen));
+      REQUIRE(o.format == multi_token_format(o.head_dim));
+      REQUIRE(o.q_len == (c.q_len > 1 ? c.q_len : 0));
+      REQUIRE(o.ragged == c.ragged);
+      REQUIRE(c.has_q_indptr() == c.q_indptr);
+      if (!c.q_indptr) {
+        REQUIRE(c.q_len == 1);
+        REQUIRE(c.max_q_len == 1);
+      } else {
+        REQUIRE(c.q_counts ==
+                cut_query_counts(generator_query_counts(o, c.problem_seed), o.seq_lens));
+        for (int b = 0; b < o.batch; ++b) {
+          REQUIRE((c.q_counts[b] >= 0 && c.q_counts[b] <= c.q_len && c.q_counts[b] <= o.seq_lens[b]));
+          if (!c.ragged) REQUIRE(c.q_counts[b] == std::min(c.q_len, o.seq_lens[b]));
+        }
+        if (c.cls != CaseClass::kFinite) REQUIRE(c.rows() >= 1);
+        // The reference's cells (rows · keys of one KV head) stay within kMaxScoreCells.
+        for (int b = 0; b < o.batch; ++b)
+          REQUIRE(int64_t(o.group) * std::max(c.q_counts[b], 1) * o.seq_lens[b] <= kMaxScoreCells + int64_t(2) * o.group * kMaxQueryLen);
+      }
+      saw("multi-token");
+      saw(std::string("multi-token ") + q_len_bucket(c));
+      if (c.ragged) saw("multi-token drawn ragged");
+    }
     int pages = o.spare_pages;
     for (int32_t len : o.seq_lens) {
       REQUIRE((len >= 0 && len <= kMaxLength));
@@ -146,11 +181,11 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     REQUIRE(io.q_offset % 8 == 0);
     REQUIRE((io.out_offset >= 0 && io.out_offset < 8));
     if (heads > 1) REQUIRE(io.q_head_stride % 8 == 0);
-    if (o.batch > 1) REQUIRE(io.q_batch_stride % 8 == 0);
-    {
+    if (c.layout_rows() > 1) REQUIRE(io.q_batch_stride % 8 == 0);
+    if (c.rows() > 0) {
       std::vector<int64_t> q_rows, out_rows;
-      for (int b = 0; b < o.batch; ++b)
-        for (int h = 0; h < heads; ++h) q_rows.push_back(io.q_row(b, h)), out_rows.push_back(io.out_row(b, h));
+      for (int row = 0; row < c.rows(); ++row)
+        for (int h = 0; h < heads; ++h) q_rows.push_back(io.q_row(row, h)), out_rows.push_back(io.out_row(row, h));
       for (auto* rows : {&q_rows, &out_rows}) {
         std::sort(rows->begin(), rows->end());
         REQUIRE(rows->front() >= 0);
@@ -158,6 +193,9 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
       }
       REQUIRE(q_rows.back() + dim + kIoTail == io.q_elements);
       REQUIRE(out_rows.back() + dim + kIoTail == io.out_elements);
+    } else {
+      REQUIRE(io.q_elements >= dim + kIoTail);
+      REQUIRE(io.out_elements >= dim + kIoTail);
     }
     if (io_contiguous(c)) saw("q/out contiguous");
     if (io.out_head_stride % 2 || io.out_batch_stride % 2) saw("odd out stride");
@@ -169,6 +207,7 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
       REQUIRE(in.dim < o.head_dim);
       if (in.target == Target::kQ) {
         REQUIRE(in.head < c.query_heads());
+        REQUIRE((in.token >= 0 && in.token < c.queries(in.seq)));
         if (in.zero_partner >= 0) REQUIRE(in.zero_partner < o.seq_lens[in.seq]);
       } else {
         REQUIRE(in.head < o.kv_heads);
@@ -202,7 +241,9 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     REQUIRE((c.cls == CaseClass::kBadPage) == (c.bad_page.seq >= 0));
     if (c.bad_page.seq >= 0) {
       REQUIRE(o.seq_lens[c.bad_page.seq] >= 1);
-      REQUIRE(c.bad_page.column < (o.seq_lens[c.bad_page.seq] + o.page_size - 1) / o.page_size);
+      REQUIRE(c.queries(c.bad_page.seq) >= 1);
+      // In a key every query token of the sequence sees (multi-token: 0 .. len - n).
+      REQUIRE(int64_t(c.bad_page.column) * o.page_size <= o.seq_lens[c.bad_page.seq] - c.queries(c.bad_page.seq));
       const int32_t id = c.bad_page.resolve(pages);  // pages >= num_pages (sharing only saves)
       REQUIRE((id < 0 || id >= pages || c.bad_page.from_num_pages));
       if (c.bad_page.from_num_pages) saw("bad page num_pages + " + std::string(c.bad_page.id ? "k" : "0"));
@@ -212,6 +253,12 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
     }
     REQUIRE((c.cls == CaseClass::kBadLength) == !c.bad_lengths.empty());
     for (const auto& [seq, len] : c.bad_lengths) {
+      REQUIRE(c.queries(seq) >= 1);  // multi-token: a sequence with rows
+      if (c.fewer_keys_than_queries(seq, len)) {
+        REQUIRE(len < o.seq_lens[seq]);
+        saw("bad length: fewer keys than query tokens");
+        continue;
+      }
       REQUIRE((len < 0 || len > c.plan.max_context));
       saw(len < 0 ? "bad length < 0" : "bad length > max_context");
     }
@@ -272,7 +319,9 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
           "bad page 2147483647", "bad page -2147483648", "bad page 50000000", "bad page num_pages + 0",
           "bad page num_pages + k", "bad length < 0", "bad length > max_context", "masked tail",
           "masked tail V 0", "masked tail V 1", "masked tail V 2", "q/out contiguous", "q/out padded or offset",
-          "odd out stride", "q of bf16 values", "graph replay"})
+          "odd out stride", "q of bf16 values", "graph replay", "multi-token", "multi-token q_len 1",
+          "multi-token q_len 2..4", "multi-token q_len 5..16", "multi-token drawn ragged",
+          "bad length: fewer keys than query tokens"})
       w.push_back(s);
     return w;
   }();
@@ -302,8 +351,10 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
            {"odd out stride", 2000},
            {"one-row dimension with a junk stride", 300},
            {"q of bf16 values", 3000},
-           {"bf16 q/out, default atom", 500},  // 600 before a third of the finite cases took a variant
-           {"bf16 q/out, sm70 atom", 250},
+           // 600 before a third of the finite cases took a variant, 500 before a fifth of the
+           // cases went to the multi-token Configs (fp16 q/out)
+           {"bf16 q/out, default atom", 400},
+           {"bf16 q/out, sm70 atom", 190},  // 250 before multi-token
            {"k scale on device", 3000},
            {"v scale on device", 3000},
            {"graph replay", 1500},
@@ -312,7 +363,7 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
            {"compile-time page not a multiple of 16, default atom", 60},
            {"compile-time page not a multiple of 16, sm70 atom", 60},
            {"more than 32 chunks merged, default atom", 250},
-           {"more than 32 chunks merged, sm70 atom", 250},
+           {"more than 32 chunks merged, sm70 atom", 200},  // 250 before multi-token
            {"sliding window, default atom", 300},
            {"sliding window, sm70 atom", 300},
            {"plan cut over the window, default atom", 150},
@@ -320,10 +371,45 @@ TEST_CASE("sweep cases: 10,000 seeds reach every class, page size and edge, with
            {"logit soft-cap, default atom", 200},
            {"logit soft-cap, sm70 atom", 200},
            {"attention sinks, default atom", 200},
-           {"attention sinks, sm70 atom", 200}}) {
+           {"attention sinks, sm70 atom", 200},
+           // Multi-token queries (a fifth of the cases), by the most query tokens of a
+           // sequence and ragged counts, on each atom (D128 takes the SM70 atom, D64 and
+           // D256 the default one); with a variant, in the other classes, over many chunks.
+           {"multi-token", 1800},
+           {"multi-token q_len 1", 300},
+           {"multi-token q_len 2..4, default atom", 320},
+           {"multi-token q_len 2..4, sm70 atom", 320},
+           {"multi-token q_len 5..16, default atom", 300},
+           {"multi-token q_len 5..16, sm70 atom", 300},
+           {"multi-token ragged, default atom", 280},
+           {"multi-token ragged, sm70 atom", 280},
+           {"multi-token with a variant, default atom", 190},
+           {"multi-token with a variant, sm70 atom", 190},
+           {"multi-token non-finite, default atom", 40},
+           {"multi-token non-finite, sm70 atom", 40},
+           {"multi-token bad page, default atom", 40},
+           {"multi-token bad page, sm70 atom", 40},
+           {"multi-token bad length, default atom", 40},
+           {"multi-token bad length, sm70 atom", 40},
+           {"multi-token, more than 32 chunks merged, default atom", 8},
+           {"multi-token, more than 32 chunks merged, sm70 atom", 8},
+           {"multi-token rows in several CTAs, default atom", 300},
+           {"multi-token rows in several CTAs, sm70 atom", 300},
+           {"multi-token Config without q_indptr", 60},
+           {"multi-token q_len 16", 60},
+           {"multi-token max_q_len above the step's", 60},
+           {"multi-token plan max_q_len above max_q_len", 60},
+           {"multi-token sequence without rows", 60},
+           {"multi-token first query token sees one key", 60},
+           {"multi-token bad length: fewer keys than query tokens", 35},
+           {"multi-token graph replay", 60}}) {
     INFO(item << ": " << seen[item]);
     CHECK(seen[item] >= at_least);
   }
+  // The counts, for the log (ctest -V).
+  for (const auto& [item, n] : seen)
+    if (item.rfind("multi-token", 0) == 0) std::printf("sweep cases: %-60s %5d of %llu\n", item.c_str(), n,
+                                                       static_cast<unsigned long long>(kSeeds));
 }
 
 TEST_CASE("sweep cases: every Config that accepts a case plans it within the workspace cap",
@@ -345,11 +431,16 @@ TEST_CASE("sweep cases: every Config that accepts a case plans it within the wor
 
 TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with their expectations",
           "[sweep_cases]") {
-  int built = 0;
+  int built = 0, multi_built = 0, multi_classes = 0;
   std::set<int> classes;
-  for (uint64_t seed = 0; built < 120 && seed < kSeeds; ++seed) {
-    if (estimate_cpu_ns(draw_case(seed)) > 3e6) continue;  // cheap ones: this is a unit test
+  // The first 120 cheap cases, and as many more multi-token ones as make 40 of those.
+  for (uint64_t seed = 0; (built < 120 || multi_built < 40) && seed < kSeeds; ++seed) {
+    const SweepCase drawn = draw_case(seed);
+    if (estimate_cpu_ns(drawn) > 3e6) continue;  // cheap ones: this is a unit test
+    if (built >= 120 && !drawn.multi_token()) continue;
     ++built;
+    multi_built += drawn.multi_token();
+    multi_classes += drawn.multi_token() && drawn.cls != CaseClass::kFinite;
     const PreparedCase pc = prepare_case(seed);
     const SweepCase& c = pc.spec;
     const RandomProblem& p = pc.problem;
@@ -384,6 +475,30 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
       for (double x : pc.reference.out) REQUIRE(std::isfinite(x));
     }
 
+    // Rows: the case's query tokens, as the problem, the reference and its model have them.
+    REQUIRE(p.num_tokens == c.rows());
+    REQUIRE(p.q_indptr.empty() == !c.has_q_indptr());
+    for (int b = 0; b < p.batch; ++b) {
+      REQUIRE(p.query_count(b) == c.queries(b));
+      REQUIRE(p.first_row(b) == c.first_row(b));
+    }
+    REQUIRE(pc.reference.out.size() == size_t(c.rows()) * p.query_heads() * p.head_dim);
+    REQUIRE(pc.reference.lse.size() == size_t(c.rows()) * p.query_heads());
+    REQUIRE(pc.model.out_sigma.size() == pc.reference.out.size());
+    REQUIRE(vxqa::problem_max_q_len(p) == c.most_queries());
+    // The reference as the kernels would give it passes the comparator, row by row.
+    if (c.cls == CaseClass::kFinite) {
+      std::vector<uint16_t> out;
+      std::vector<float> lse;
+      for (double x : pc.reference.out) out.push_back(vxqa::reference::fp16_from_double(x));
+      for (double x : pc.reference.lse) lse.push_back(float(x));
+      const Comparison cmp = vxqa::reference::compare_with_reference(
+          pc.reference, pc.model, pc.expect, p.query_heads(), p.head_dim, KernelOutputs{out.data(), lse.data(), 0u},
+          pc.expected_errors, {}, vxqa::reference::row_layout(p.inputs()));
+      INFO(cmp.first);
+      REQUIRE(cmp.ok());
+    }
+
     // q as the device gets it: the problem's rows in the case's layout, NaN around them;
     // for bf16 q the same values as bf16 bits.
     REQUIRE(pc.device_q.size() == size_t(c.io.q_elements));
@@ -391,10 +506,10 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
     {
       const int heads = p.query_heads(), D = p.head_dim;
       size_t in_rows = 0;
-      for (int b = 0; b < p.batch; ++b)
+      for (int row = 0; row < p.num_tokens; ++row)
         for (int h = 0; h < heads; ++h)
           for (int d = 0; d < D; ++d) {
-            const size_t at = size_t(c.io.q_row(b, h) + d), i = (size_t(b) * heads + h) * D + d;
+            const size_t at = size_t(c.io.q_row(row, h) + d), i = (size_t(row) * heads + h) * D + d;
             REQUIRE(pc.device_q[at] == p.q[i]);
             if (c.bf16_q) {
               const float value = vxqa::detail::act_to_float<vxqa::ActType::kBf16>(pc.device_q_bf16[at]);
@@ -425,7 +540,12 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
       buffers.lse = static_cast<float*>(fake(6ull << 32));
       buffers.scales = static_cast<const float*>(fake(8ull << 32));
       buffers.sinks = static_cast<const float*>(fake(9ull << 32));
+      buffers.q_indptr = static_cast<const int32_t*>(fake(10ull << 32));
       const vxqa::DecodeParams params = case_params(pc, buffers, Config::kQo);
+      REQUIRE((params.q_indptr != nullptr) == c.has_q_indptr());
+      REQUIRE(params.max_q_len == c.max_q_len);
+      REQUIRE(plan.max_q_len == c.plan.max_q_len);
+      REQUIRE(Config::kMultiToken == c.multi_token());
       REQUIRE(params.sliding_window == c.problem.window);
       REQUIRE(params.logit_softcap == c.problem.logit_softcap);
       REQUIRE((params.sinks != nullptr) == c.problem.sinks);
@@ -439,10 +559,49 @@ TEST_CASE("sweep cases: built cases are decode steps validate() accepts, with th
       REQUIRE(s.ok());
       const vxqa::Status with_lens =
           vxqa::validate<Config>(params, plan, fake(7ull << 32), plan.workspace_bytes, pc.device_lens.data());
-      REQUIRE(with_lens.ok() == (c.cls != CaseClass::kBadLength));
+      // ... except too few keys for the query tokens, which only the kernels can see.
+      bool host_bad = false;
+      for (const auto& [seq, len] : c.bad_lengths) host_bad |= !c.fewer_keys_than_queries(seq, len);
+      REQUIRE(with_lens.ok() == !host_bad);
     });
   }
   CHECK(classes.size() == size_t(kCaseClasses));
+  CHECK(multi_built >= 40);
+  CHECK(multi_classes >= 5);
+}
+
+// The sweep predicts each sequence's query tokens (generator_query_counts, cut_query_counts)
+// before it builds the problem: the prediction is what make_random_problem draws, for any
+// batch, q_len, ragged, lengths and seed.
+TEST_CASE("sweep cases: the predicted query tokens are the problem generator's", "[sweep_cases]") {
+  detail::CaseRng r(12345);
+  int ragged = 0, cut = 0, all_zero = 0;
+  for (int i = 0; i < 600; ++i) {
+    RandomProblemOptions o;
+    o.batch = r.in(1, 12);
+    o.kv_heads = 1;
+    o.group = 1;
+    o.head_dim = 64;
+    o.page_size = r.in(1, 8);
+    o.spare_pages = 1;
+    o.spare_table_cols = 1;
+    o.q_len = r.in(2, kMaxQueryLen);
+    o.ragged = r.chance(50);
+    for (int b = 0; b < o.batch; ++b) o.seq_lens.push_back(r.chance(20) ? r.in(0, 3) : r.in(0, 24));
+    const uint64_t seed = r.bits();
+    const std::vector<int32_t> drawn = generator_query_counts(o, seed);
+    const std::vector<int32_t> n = cut_query_counts(drawn, o.seq_lens);
+    const RandomProblem p = vxqa::reference::make_random_problem(o, seed);
+    INFO("case " << i);
+    REQUIRE(int(p.q_indptr.size()) == o.batch + 1);
+    for (int b = 0; b < o.batch; ++b) REQUIRE(p.query_count(b) == n[b]);
+    ragged += o.ragged && std::adjacent_find(n.begin(), n.end(), std::not_equal_to<int32_t>()) != n.end();
+    cut += n != drawn;
+    all_zero += std::count(drawn.begin(), drawn.end(), 0) == o.batch - 1 && o.batch > 1;
+  }
+  CHECK(ragged > 100);
+  CHECK(cut > 100);
+  CHECK(all_zero > 0);
 }
 
 TEST_CASE("sweep cases: masked_chunk_exercised says where a V poison lies in a chunk of -inf scores",
@@ -474,7 +633,9 @@ TEST_CASE("sweep cases: a masked tail gives NaN where it must, and the old finit
     const SweepCase spec = draw_case(seed);
     // Without shared prefix pages: another sequence reading the masked pages would have its
     // own NaN (its q is not made > 0), which this test does not count.
-    if (spec.masked.seq < 0 || spec.problem.shared_prefix_pages || estimate_cpu_ns(spec) > 3e7) continue;
+    // Single-token: with several query tokens only the rows that see a V poison are NaN.
+    if (spec.masked.seq < 0 || spec.problem.shared_prefix_pages || spec.multi_token() || estimate_cpu_ns(spec) > 3e7)
+      continue;
     ++built;
     const PreparedCase pc = prepare_case(seed);
     const SweepCase& c = pc.spec;
@@ -676,13 +837,14 @@ TEST_CASE("sweep seeds: base 0 is the seeds themselves, another base other cases
 
 TEST_CASE("sweep io: q rows scattered and out rows gathered exactly, writes outside out's rows counted",
           "[sweep_cases]") {
-  int checked = 0;
+  int checked = 0, multi_token = 0;
   for (uint64_t seed = 0; checked < 200 && seed < kSeeds; ++seed) {
     const SweepCase c = draw_case(seed);
-    if (c.query_heads() * c.problem.batch > 64) continue;
+    if (c.query_heads() * c.rows() > 64) continue;
     ++checked;
+    multi_token += c.has_q_indptr() && c.rows() > c.problem.batch;
     const IoLayout& io = c.io;
-    const int batch = c.problem.batch, heads = c.query_heads(), dim = c.problem.head_dim;
+    const int batch = c.rows(), heads = c.query_heads(), dim = c.problem.head_dim;  // rows: query tokens
     INFO(describe(c));
     // Rows of varied values, each exact in bf16 (integers in [-125, 125]; fp16 too).
     std::vector<uint16_t> rows(size_t(batch) * heads * dim);
@@ -721,6 +883,7 @@ TEST_CASE("sweep io: q rows scattered and out rows gathered exactly, writes outs
     }
   }
   CHECK(checked == 200);
+  CHECK(multi_token >= 10);  // steps with more rows than sequences among them
 }
 
 // bf16 q/out: the reference takes q's bf16 values; outputs rounded to bf16 pass under the
@@ -742,7 +905,7 @@ TEST_CASE("sweep bf16: q holds bf16 values, bf16 outputs pass under the bf16 bou
     }
     // The reference rounded to bf16, laid out as the case's out and gathered back.
     const IoLayout& io = pc.spec.io;
-    const int batch = pc.problem.batch, heads = pc.problem.query_heads(), dim = pc.problem.head_dim;
+    const int batch = pc.problem.num_tokens, heads = pc.problem.query_heads(), dim = pc.problem.head_dim;  // rows
     std::vector<uint16_t> out(size_t(io.out_elements), kOutPoison);
     for (int b = 0; b < batch; ++b)
       for (int h = 0; h < heads; ++h)
@@ -808,7 +971,7 @@ TEST_CASE("sweep smoke: 50 cheap seeds cover every Config and a merge of more th
       REQUIRE(make_case_plan<Config>(c, &plan).ok());
       if (plan.num_chunks <= 32 || vxqa::combine_slice_dims(plan.num_chunks) != 16) return;
       for (int b = 0; b < c.problem.batch; ++b)
-        if (c.device_lens()[b] == c.problem.seq_lens[b] && b != c.bad_page.seq &&
+        if (c.device_lens()[b] == c.problem.seq_lens[b] && b != c.bad_page.seq && c.queries(b) > 0 &&
             c.problem.seq_lens[b] > 32 * plan.chunk_tokens) {
           ++many_chunks[Config::kAtom == vxqa::MmaAtom::kSm70];
           break;

@@ -38,6 +38,13 @@ using Sm70 = DecodeConfig<D, Kv, opt::Warps<Warps>, opt::Sm70Stages<Stages>, opt
 // gets variant cases.
 template <int D, KvType Kv, class... Options>
 using EveryVariant = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, Options...>;
+// Multi-token queries (opt::MaxQueryLen<16>, every variant flag): the Configs the
+// multi-token cases run on (SweepCase::q_len > 0), one a head dim, its format the one
+// multi_token_format (sweep_case.h) gives it: D64 and D256 E5M2 on the default atom with 8
+// warps (the SM80 body's warps share a K/V tile across up to 64 rows), D128 fp16 on the
+// SM70 atom.
+template <int D, KvType Kv, class... Options>
+using MultiToken = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, opt::MaxQueryLen<kMaxQueryLen>, Options...>;
 
 // Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
 // takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
@@ -50,7 +57,8 @@ using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               Sm70<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::PageSize<24>>,
                               Sm70<64, KvType::kFp16, /*Warps*/ 8, /*Stages*/ 2>,
-                              EveryVariant<64, KvType::kE5M2>, EveryVariant<64, KvType::kFp16, opt::Atom<MmaAtom::kSm70>>>;
+                              EveryVariant<64, KvType::kE5M2>, EveryVariant<64, KvType::kFp16, opt::Atom<MmaAtom::kSm70>>,
+                              MultiToken<64, KvType::kE5M2, opt::Warps<8>>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
                                DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>>,
@@ -59,7 +67,8 @@ using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kE5M2, 2, 2, /*PageSize*/ 40, ConvertAt::kPublish>,
                                Sm70<128, KvType::kFp16, 4, 2, 0, ConvertAt::kConsume, ActType::kBf16>,
                                EveryVariant<128, KvType::kFp16>,
-                               EveryVariant<128, KvType::kE5M2, opt::Atom<MmaAtom::kSm70>>>;
+                               EveryVariant<128, KvType::kE5M2, opt::Atom<MmaAtom::kSm70>>,
+                               MultiToken<128, KvType::kFp16, opt::Atom<MmaAtom::kSm70>, opt::Warps<4>>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>,
                                DecodeConfig<256, KvType::kFp16>,
@@ -67,7 +76,8 @@ using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, opt::Warps<1>, opt::Atom<MmaAtom::kAuto>, opt::AsyncStages<3>, opt::QoType<ActType::kBf16>>,
                                Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>,
                                EveryVariant<256, KvType::kE5M2>,
-                               EveryVariant<256, KvType::kFp16, opt::Warps<2>, opt::Atom<MmaAtom::kSm70>>>;
+                               EveryVariant<256, KvType::kFp16, opt::Warps<2>, opt::Atom<MmaAtom::kSm70>>,
+                               MultiToken<256, KvType::kE5M2, opt::Warps<8>>>;
 
 // The plan Config makes for the case.
 template <class Config>
@@ -75,7 +85,7 @@ vxqa::Status make_case_plan(const SweepCase& c, vxqa::DecodePlan* plan) {
   const PlanSpec& s = c.plan;
   return vxqa::make_decode_plan<Config>(s.max_batch, s.max_context, c.problem.kv_heads, c.problem.group,
                                         s.sm_count, plan, s.chunk_multiple * Config::kChunkMultiple, 4, 1,
-                                        s.max_window);
+                                        s.max_window, s.max_q_len);
 }
 
 // What the sweep needs to know of a Config on the host.
@@ -87,13 +97,19 @@ struct ConfigInfo {
   ActType qo = ActType::kFp16;
   bool sm70_atom = false;
   unsigned variant = 0u;  // VariantFlag bits compiled in
+  int max_q_len = 1;      // opt::MaxQueryLen
+  int warps = 4;
   vxqa::Status (*plan)(const SweepCase&, vxqa::DecodePlan*) = nullptr;  // make_case_plan<Config>
-  // A case with a variant goes to the Configs with its flags, a plain one to those without
-  // any (the every-flag Configs' plain answers are the decode_variants tests').
+  bool multi_token() const { return max_q_len > 1; }
+  // A multi-token case goes to the multi-token Configs (plain or with a variant), a
+  // single-token one to the others: one with a variant to the Configs with its flags, a
+  // plain one to those without any (the every-flag Configs' plain answers are the
+  // decode_variants tests').
   bool accepts(const SweepCase& c) const {
     return c.problem.head_dim == head_dim && c.problem.format == format &&
            (page_size == 0 || c.problem.page_size == page_size) && (qo == ActType::kFp16 || c.bf16_q) &&
-           (c.variant_flags() == 0u) == (variant == 0u) && (c.variant_flags() & ~variant) == 0u;
+           c.multi_token() == multi_token() && c.max_q_len <= max_q_len && c.plan.max_q_len <= max_q_len &&
+           (multi_token() || (c.variant_flags() == 0u) == (variant == 0u)) && (c.variant_flags() & ~variant) == 0u;
   }
 };
 
@@ -106,6 +122,8 @@ ConfigInfo config_info() {
   info.qo = Config::kQo;
   info.sm70_atom = Config::kAtom == MmaAtom::kSm70;
   info.variant = Config::Variant::kVariantFlags;
+  info.max_q_len = Config::kMaxQueryLen;
+  info.warps = Config::kWarps;
   info.plan = &make_case_plan<Config>;
   info.name = "D" + std::to_string(Config::kHeadDim) + " " + vxqa::KvTraits<Config::kKv>::kName +
               " W" + std::to_string(Config::kWarps) + " S" + std::to_string(Config::kStages) +
@@ -113,7 +131,8 @@ ConfigInfo config_info() {
               (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "") +
               (Config::kAsyncStages ? " async-stages " + std::to_string(Config::kAsyncStages) : std::string()) +
               (Config::kQo == ActType::kBf16 ? " bf16-qo" : "") +
-              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "") + (info.variant ? " every-variant" : "");
+              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "") + (info.variant ? " every-variant" : "") +
+              (Config::kMultiToken ? " max-q-len " + std::to_string(Config::kMaxQueryLen) : std::string());
   return info;
 }
 

@@ -17,8 +17,8 @@
 // (coverage_items). Prints the base in its header, one line per failure with the command
 // that replays it, then per-class counts, each Config's cases, how many Config runs had a
 // masked chunk (MaskedTail: a chunk whose live scores are all -inf, NaN/inf V under it,
-// beside a live chunk), the cases that covered each item, the time taken, and last the line
-// "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
+// beside a live chunk), the multi-token cases and Config runs by atom and q_len bucket, the
+// cases that covered each item, the time taken, and last the line "N passed, M failed". Exit code 0: all passed; 1: a failure; 2: bad arguments; 77: no GPU.
 #include "sweep/ordered_workers.h"
 #include "sweep/sweep_runner.cuh"
 #include "sweep/sweep_seeds.h"
@@ -114,6 +114,7 @@ void print_problem(const PreparedCase& c) {
     const int pages = (p.seq_lens[b] + p.page_size - 1) / p.page_size;
     std::printf("  seq %d: length %d", b, p.seq_lens[b]);
     if (c.device_lens[b] != p.seq_lens[b]) std::printf(" (the device reads %d)", c.device_lens[b]);
+    if (!p.q_indptr.empty()) std::printf(", query tokens %d (rows %d..)", p.query_count(b), p.first_row(b));
     std::printf(", pages");
     for (int i = 0; i < std::min(pages, 16); ++i) std::printf(" %d", c.device_table[b * p.table_stride + i]);
     std::printf("%s\n", pages > 16 ? " ..." : "");
@@ -124,6 +125,35 @@ struct Count {
   uint64_t cases = 0, failed = 0;
   double seconds = 0;
   double worst = 0;
+};
+
+// Multi-token cases, and their Config runs, by bucket (q_len_bucket, ragged_queries) and atom.
+struct MultiTokenCount {
+  static constexpr const char* kBuckets[] = {"q_len 1", "q_len 2..4", "q_len 5..16", "ragged", "no q_indptr"};
+  static constexpr int kCount = 5;
+  uint64_t cases[kCount] = {}, runs[2][kCount] = {}, failed[2][kCount] = {};
+  static std::vector<int> buckets(const SweepCase& c) {
+    std::vector<int> in;
+    if (!c.multi_token()) return in;
+    for (int i = 0; i < 3; ++i)
+      if (!std::strcmp(q_len_bucket(c), kBuckets[i])) in.push_back(i);
+    if (ragged_queries(c)) in.push_back(3);
+    if (!c.has_q_indptr()) in.push_back(4);
+    return in;
+  }
+  void print(bool with_runs) const {
+    uint64_t all = 0;
+    for (int i = 0; i < 3; ++i) all += cases[i];
+    std::printf("multi-token cases %llu:", static_cast<unsigned long long>(all));
+    for (int i = 0; i < kCount; ++i) {
+      std::printf("%s %s %llu", i ? ";" : "", kBuckets[i], static_cast<unsigned long long>(cases[i]));
+      if (with_runs)
+        std::printf(" (Config runs: default atom %llu, %llu failed; sm70 atom %llu, %llu failed)",
+                    static_cast<unsigned long long>(runs[0][i]), static_cast<unsigned long long>(failed[0][i]),
+                    static_cast<unsigned long long>(runs[1][i]), static_cast<unsigned long long>(failed[1][i]));
+    }
+    std::printf("\n");
+  }
 };
 
 // The items cases covered (coverage_items), and how many cases each.
@@ -173,14 +203,17 @@ int main(int argc, char** argv) {
     std::printf("vxqa_sweep: %s, drawn only\n", seeds_words.c_str());
     std::map<std::string, uint64_t> covered;
     std::vector<uint64_t> per_config(infos.size());
+    MultiTokenCount multi;
     for (uint64_t i = opt.begin; i < opt.end; ++i) {
       const SweepCase c = draw_case(seed_of(i));
+      for (int bucket : MultiTokenCount::buckets(c)) ++multi.cases[bucket];
       for (const std::string& item : coverage_items(c, infos)) ++covered[item];
       for (size_t k = 0; k < infos.size(); ++k) per_config[k] += infos[k].accepts(c);
     }
     for (size_t k = 0; k < infos.size(); ++k)
       std::printf("  %-60s %7llu cases\n", infos[k].name.c_str(), static_cast<unsigned long long>(per_config[k]));
     print_coverage(covered, opt.end - opt.begin);
+    multi.print(false);
     return 0;
   }
 
@@ -210,6 +243,7 @@ int main(int argc, char** argv) {
   // Masked chunks (masked_chunk_exercised): Config runs, their failures, the cases with one.
   uint64_t masked_runs = 0, masked_failed = 0, masked_cases = 0;
   uint64_t graph_runs = 0, bf16_runs = 0;
+  MultiTokenCount multi;
   uint64_t passed = 0, failed = 0;
   double gpu_seconds = 0, wait_seconds = 0;
   std::string fatal;
@@ -230,6 +264,8 @@ int main(int argc, char** argv) {
       std::vector<std::string> failures;
       if (!c.error.empty()) failures.push_back("preparing: " + c.error);
       double worst = 0;
+      const std::vector<int> multi_buckets = MultiTokenCount::buckets(c.spec);
+      for (int bucket : multi_buckets) ++multi.cases[bucket];
       if (c.error.empty() && !opt.cpu_only) {
         for (const std::string& item : coverage_items(c.spec, infos)) ++covered[item];
         const auto gpu_start = std::chrono::steady_clock::now();
@@ -259,6 +295,10 @@ int main(int argc, char** argv) {
               bf16_runs += run.qo == vxqa::ActType::kBf16;
             }
             ++per_config[i].cases;
+            for (int bucket : multi_buckets) {
+              ++multi.runs[configs[i].info.sm70_atom][bucket];
+              multi.failed[configs[i].info.sm70_atom][bucket] += !failure.empty();
+            }
             if (!failure.empty()) {
               ++per_config[i].failed;
               failures.push_back(configs[i].info.name + ": " + failure);
@@ -338,12 +378,14 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(masked_failed));
     std::printf("Config runs with bf16 q/out: %llu; replayed from a graph: %llu\n",
                 static_cast<unsigned long long>(bf16_runs), static_cast<unsigned long long>(graph_runs));
+    multi.print(true);
     print_coverage(covered, passed + failed);
   }
   std::printf("wall %.1f s on %d CPU workers: %.1f CPU s building cases, %.1f s on the GPU, %.1f s "
               "waiting for cases\n",
               wall, opt.threads, cpu_seconds, gpu_seconds, wait_seconds);
   if (opt.cpu_only) {
+    multi.print(false);
     std::printf("CPU only: %llu cases built, %llu failed to build; no GPU run\n",
                 static_cast<unsigned long long>(passed), static_cast<unsigned long long>(failed));
     return failed ? 1 : 0;

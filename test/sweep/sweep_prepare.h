@@ -1,8 +1,9 @@
 // Builds a sweep case on the CPU: the random problem as the device gets it (with its q
 // rescaled, rounded to bf16 values, NaN/inf written, a bad page id or bad lengths; q laid
-// out in the case's strides), the float64 reference and what each sequence's outputs must
-// be; and, for the runner, the DecodeParams of a case on device buffers and the rows of an
-// out buffer the kernels wrote. Host only; plain C++17 (the CPU test includes it).
+// out in the case's strides; multi-token: its q_indptr), the float64 reference and what each
+// sequence's outputs must be; and, for the runner, the DecodeParams of a case on device
+// buffers and the rows of an out buffer the kernels wrote. Rows are query tokens: one a
+// sequence, or with q_indptr sequence b's rows [q_indptr[b], q_indptr[b + 1]). Host only; plain C++17 (the CPU test includes it).
 #pragma once
 
 #include "sweep/sweep_case.h"
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <exception>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,13 +40,13 @@ inline constexpr uint16_t kOutPoison = 0x7B7B;
 
 struct PreparedCase {
   SweepCase spec;
-  RandomProblem problem;               // cache as uploaded, q contiguous; table and lengths all good
+  RandomProblem problem;               // cache as uploaded, q contiguous [rows, Hq, D], q_indptr; table and lengths all good
   std::vector<uint16_t> device_q;      // problem.q (fp16 bits) in spec.io's strides, kQGap elsewhere
   std::vector<uint16_t> device_q_bf16; // spec.bf16_q: the same values as bf16 bits, same layout
   std::vector<int32_t> device_table;   // problem.block_table, with the bad page id if any
   std::vector<int32_t> device_lens;    // problem.seq_lens, with the bad lengths if any
   DecodeOutput reference;              // of `problem`
-  std::vector<Expect> expect;          // per sequence
+  std::vector<Expect> expect;          // per sequence (each of its rows)
   uint32_t expected_errors = 0;
   vxqa::reference::ErrorModel model;   // of `reference`: the comparator's bound
   double prepare_seconds = 0;
@@ -64,10 +66,16 @@ inline uint32_t poison_bits(Poison p, KvFormat format) {
   return 0;
 }
 
+// Element `dim` of query head `head` in row `row` of q.
+inline uint16_t& q_at(RandomProblem* p, int row, int head, int dim) {
+  return p->q[(size_t(row) * p->query_heads() + head) * p->head_dim + dim];
+}
+
+// A q poison goes to its query token's row; a K poison's zero partner is q's dim in every
+// row of the sequence.
 inline void inject(const Injection& in, RandomProblem* p) {
   if (in.target == Target::kQ) {
-    p->q[(size_t(in.seq) * p->query_heads() + in.head) * p->head_dim + in.dim] =
-        uint16_t(poison_bits(in.value, KvFormat::kFp16));
+    q_at(p, p->first_row(in.seq) + in.token, in.head, in.dim) = uint16_t(poison_bits(in.value, KvFormat::kFp16));
     const int kv_head = in.head / p->group;
     if (in.zero_partner >= 0) p->set_k(in.seq, in.zero_partner, kv_head, in.dim, 0.0);
     return;
@@ -75,15 +83,17 @@ inline void inject(const Injection& in, RandomProblem* p) {
   const int64_t base = in.target == Target::kK ? p->k_offset : p->v_offset;
   p->store(base + p->element_index(in.seq, in.token, in.head, in.dim), poison_bits(in.value, p->format));
   if (in.zero_partner >= 0)
-    p->q[(size_t(in.seq) * p->query_heads() + in.head * p->group + in.zero_partner) * p->head_dim + in.dim] = 0;
+    for (int i = 0; i < p->query_count(in.seq); ++i)
+      q_at(p, p->first_row(in.seq) + i, in.head * p->group + in.zero_partner, in.dim) = 0;
 }
 
-// q's dim > 0 for the group's heads, K's dim -inf at the masked tokens, V's poisons
-// (MaskedTail). q becomes q_stddev there: positive, normal and finite in fp16.
+// q's dim > 0 for the group's heads (in every row of the sequence), K's dim -inf at the
+// masked tokens, V's poisons (MaskedTail). q becomes q_stddev there: positive, normal and
+// finite in fp16.
 inline void mask_tail(const MaskedTail& m, double q_stddev, RandomProblem* p) {
   const uint16_t positive = vxqa::reference::fp16_from_double(q_stddev);
-  for (int g = 0; g < p->group; ++g)
-    p->q[(size_t(m.seq) * p->query_heads() + m.kv_head * p->group + g) * p->head_dim + m.dim] = positive;
+  for (int i = 0; i < p->query_count(m.seq); ++i)
+    for (int g = 0; g < p->group; ++g) q_at(p, p->first_row(m.seq) + i, m.kv_head * p->group + g, m.dim) = positive;
   const uint32_t minus_inf = poison_bits(Poison::kMinusInf, p->format);
   for (int t = m.from; t < p->seq_lens[m.seq]; ++t)
     p->store(p->k_offset + p->element_index(m.seq, t, m.kv_head, m.dim), minus_inf);
@@ -104,19 +114,46 @@ inline std::vector<uint16_t> round_q_to_bf16(std::vector<uint16_t>* q) {
   return bf16;
 }
 
-// Contiguous [B, Hq, D] rows into the layout's buffer, kQGap around them.
-inline std::vector<uint16_t> scatter_q(const std::vector<uint16_t>& rows, const IoLayout& io, int batch, int heads,
+// Contiguous [rows, Hq, D] rows into the layout's buffer, kQGap around them.
+inline std::vector<uint16_t> scatter_q(const std::vector<uint16_t>& rows, const IoLayout& io, int row_count, int heads,
                                        int dim) {
   std::vector<uint16_t> buffer(size_t(io.q_elements), kQGap);
-  for (int b = 0; b < batch; ++b)
+  for (int r = 0; r < row_count; ++r)
     for (int h = 0; h < heads; ++h)
-      std::copy_n(rows.begin() + (size_t(b) * heads + h) * dim, dim, buffer.begin() + io.q_row(b, h));
+      std::copy_n(rows.begin() + (size_t(r) * heads + h) * dim, dim, buffer.begin() + io.q_row(r, h));
   return buffer;
+}
+
+// Multi-token queries as the case says: the problem generator's q_indptr (q_len > 1) or,
+// for q_len 1 with q_indptr, one made here (one token a sequence with keys, none for an
+// empty one; the generator's q rows of the empty sequences dropped). Throws where the
+// built problem's query tokens are not the case's q_counts (generator_query_counts).
+inline void set_queries(const SweepCase& c, RandomProblem* p) {
+  if (c.q_len == 1 && c.has_q_indptr()) {
+    const size_t row = size_t(p->query_heads()) * p->head_dim;
+    std::vector<uint16_t> q;
+    p->q_indptr.assign(1, 0);
+    for (int b = 0; b < p->batch; ++b) {
+      if (c.q_counts[b] > 0) q.insert(q.end(), p->q.begin() + b * row, p->q.begin() + (b + 1) * row);
+      p->q_indptr.push_back(p->q_indptr.back() + c.q_counts[b]);
+    }
+    p->q = std::move(q);
+    p->num_tokens = p->q_indptr.back();
+  }
+  std::vector<int32_t> want;
+  if (c.has_q_indptr()) {
+    want.assign(1, 0);
+    for (int32_t n : c.q_counts) want.push_back(want.back() + n);
+  }
+  if (p->q_indptr != want || p->num_tokens != c.rows() ||
+      p->q.size() != size_t(c.rows()) * p->query_heads() * p->head_dim)
+    throw std::runtime_error("the built problem's query tokens are not the case's (generator_query_counts)");
 }
 
 inline void build(const SweepCase& c, PreparedCase* out) {
   RandomProblem& p = out->problem;
   p = vxqa::reference::make_random_problem(c.problem, c.problem_seed);
+  set_queries(c, &p);
   for (uint16_t& x : p.q)
     x = vxqa::reference::fp16_from_double(vxqa::reference::fp16_to_double(x) * c.q_stddev);
   // The sinks were drawn about the scores of unscaled q: they scale with it, so that they
@@ -126,9 +163,9 @@ inline void build(const SweepCase& c, PreparedCase* out) {
   if (c.masked.seq >= 0) mask_tail(c.masked, c.q_stddev, &p);
   // After every change to q: the reference takes the values the device gets.
   if (c.bf16_q) {
-    out->device_q_bf16 = scatter_q(round_q_to_bf16(&p.q), c.io, p.batch, p.query_heads(), p.head_dim);
+    out->device_q_bf16 = scatter_q(round_q_to_bf16(&p.q), c.io, p.num_tokens, p.query_heads(), p.head_dim);
   }
-  out->device_q = scatter_q(p.q, c.io, p.batch, p.query_heads(), p.head_dim);
+  out->device_q = scatter_q(p.q, c.io, p.num_tokens, p.query_heads(), p.head_dim);
 
   out->device_table = p.block_table;
   if (c.bad_page.seq >= 0)
@@ -155,19 +192,22 @@ struct CaseBuffers {
   float* lse = nullptr;
   const float* scales = nullptr;  // device_scales(): {k, v}
   const float* sinks = nullptr;   // the problem's sinks, [Hq] (cases with sinks)
+  const int32_t* q_indptr = nullptr;  // the problem's q_indptr, [B + 1] (multi-token cases with one)
 };
 
 // What the device scales hold: the case's k and v scales.
 inline std::array<float, 2> device_scales(const SweepCase& c) { return {c.problem.k_scale, c.problem.v_scale}; }
 
 // The decode step of a prepared case on those buffers with q and out of type `qo`: the
-// problem's parameters, then the case's q/out strides and offsets and its device scales
-// (with NaN as the host values they replace: the kernels must not use them).
+// problem's parameters, then the case's q/out strides and offsets, its max_q_len (at or
+// above the problem's) and its device scales (with NaN as the host values they replace: the
+// kernels must not use them).
 inline vxqa::DecodeParams case_params(const PreparedCase& c, const CaseBuffers& d, ActType qo) {
   const IoLayout& io = c.spec.io;
   vxqa::DecodeParams params = vxqa::problem_params(
       c.problem, {d.cache, static_cast<const uint16_t*>(d.q) + io.q_offset, d.block_table, d.seq_lens,
-                  static_cast<uint16_t*>(d.out) + io.out_offset, d.lse, d.sinks});
+                  static_cast<uint16_t*>(d.out) + io.out_offset, d.lse, d.sinks, d.q_indptr});
+  params.max_q_len = c.spec.max_q_len;
   params.qo_type = qo;
   params.q_head_stride = io.q_head_stride;
   params.q_batch_stride = io.q_batch_stride;
@@ -180,7 +220,7 @@ inline vxqa::DecodeParams case_params(const PreparedCase& c, const CaseBuffers& 
 }
 
 // An out buffer (spec.io's layout) after a decode with q/out of type `qo`: its rows as
-// contiguous fp16 bits [B, Hq, D] for the comparator (bf16 values converted to the fp16
+// contiguous fp16 bits [rows, Hq, D] for the comparator (bf16 values converted to the fp16
 // values they equal, as check_against_reference does; compare with out_mantissa_bits 7),
 // and the elements outside the rows that no longer hold kOutPoison.
 struct GatheredOut {
@@ -188,19 +228,19 @@ struct GatheredOut {
   size_t stray = 0;          // elements outside the rows that were written
   int64_t first_stray = -1;  // the first one's index in the buffer
 };
-inline GatheredOut gather_out(const std::vector<uint16_t>& buffer, const IoLayout& io, int batch, int heads, int dim,
-                              ActType qo) {
+inline GatheredOut gather_out(const std::vector<uint16_t>& buffer, const IoLayout& io, int row_count, int heads,
+                              int dim, ActType qo) {
   GatheredOut g;
-  g.rows.resize(size_t(batch) * heads * dim);
+  g.rows.resize(size_t(row_count) * heads * dim);
   std::vector<bool> in_row(buffer.size(), false);
-  for (int b = 0; b < batch; ++b)
+  for (int r = 0; r < row_count; ++r)
     for (int h = 0; h < heads; ++h) {
-      const int64_t row = io.out_row(b, h);
+      const int64_t row = io.out_row(r, h);
       for (int d = 0; d < dim; ++d) {
         uint16_t bits = buffer[size_t(row + d)];
         if (qo == ActType::kBf16)
           bits = vxqa::reference::fp16_from_double(vxqa::detail::act_to_float<ActType::kBf16>(bits));
-        g.rows[(size_t(b) * heads + h) * dim + d] = bits;
+        g.rows[(size_t(r) * heads + h) * dim + d] = bits;
         in_row[size_t(row + d)] = true;
       }
     }

@@ -53,7 +53,7 @@ class GrowBuffer {
 
 // One case on the device.
 struct DeviceCase {
-  GrowBuffer cache, q, q_bf16, table, lens, out, lse, workspace, scales, sinks;
+  GrowBuffer cache, q, q_bf16, table, lens, out, lse, workspace, scales, sinks, q_indptr;
   DeviceCase() = default;
   DeviceCase(const DeviceCase&) = delete;
   DeviceCase& operator=(const DeviceCase&) = delete;
@@ -77,11 +77,14 @@ struct DeviceCase {
     upload(table, c.device_table);
     upload(lens, c.device_lens);
     if (!c.problem.sinks.empty()) upload(sinks, c.problem.sinks);
+    if (!c.problem.q_indptr.empty()) upload(q_indptr, c.problem.q_indptr);
     out.reserve(size_t(c.spec.io.out_elements) * sizeof(uint16_t));
-    lse.reserve(size_t(c.problem.batch) * c.problem.query_heads() * sizeof(float));
+    lse.reserve(std::max<size_t>(lse_count(c), 1) * sizeof(float));  // a step may have no rows
     set_scales(device_scales(c.spec));
   }
   void set_scales(const std::array<float, 2>& values) { upload(scales, values.data(), values.size()); }
+  // lse's elements: [rows, Hq] (rows: the problem's query tokens).
+  static size_t lse_count(const PreparedCase& c) { return size_t(c.problem.num_tokens) * c.problem.query_heads(); }
 
   CaseBuffers buffers(vxqa::ActType qo) const {
     CaseBuffers b;
@@ -93,6 +96,7 @@ struct DeviceCase {
     b.lse = static_cast<float*>(lse.get());
     b.scales = static_cast<const float*>(scales.get());
     b.sinks = static_cast<const float*>(sinks.get());
+    b.q_indptr = static_cast<const int32_t*>(q_indptr.get());
     return b;
   }
   // The stream graph runs are captured on: blocking, so ordered after legacy-stream copies.
@@ -111,7 +115,7 @@ struct ConfigRun {
   std::string failure;  // out written outside its rows, or a graph replay that differs from the eager run
   vxqa::ActType qo = vxqa::ActType::kFp16;
   vxqa::DecodePlan plan;
-  std::vector<uint16_t> out;  // the rows, as fp16 bits [B, Hq, D] (gather_out)
+  std::vector<uint16_t> out;  // the rows, as fp16 bits [rows, Hq, D] (gather_out)
   std::vector<float> lse;
   uint32_t errors = 0;
   bool graph_replayed = false;
@@ -129,11 +133,12 @@ struct RawOutputs {
 inline RawOutputs download(const PreparedCase& c, DeviceCase& d, const void* workspace) {
   RawOutputs r;
   r.out.resize(size_t(c.spec.io.out_elements));
-  r.lse.resize(size_t(c.problem.batch) * c.problem.query_heads());
+  r.lse.resize(DeviceCase::lse_count(c));
   check_cuda(cudaMemcpy(r.out.data(), d.out.get(), r.out.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost),
              "cudaMemcpy out");
-  check_cuda(cudaMemcpy(r.lse.data(), d.lse.get(), r.lse.size() * sizeof(float), cudaMemcpyDeviceToHost),
-             "cudaMemcpy lse");
+  if (!r.lse.empty())  // a multi-token step may have no rows
+    check_cuda(cudaMemcpy(r.lse.data(), d.lse.get(), r.lse.size() * sizeof(float), cudaMemcpyDeviceToHost),
+               "cudaMemcpy lse");
   const vxqa::Status s = vxqa::read_decode_errors(workspace, 0, &r.errors);
   if (!s.ok()) throw CudaFailure("read_decode_errors: " + s.message());
   return r;
@@ -149,8 +154,7 @@ inline RawOutputs download(const PreparedCase& c, DeviceCase& d, const void* wor
 inline void poison(const PreparedCase& c, DeviceCase& d, void* workspace, size_t workspace_bytes) {
   check_cuda(cudaMemset(d.out.get(), kOutPoisonByte, size_t(c.spec.io.out_elements) * sizeof(uint16_t)),
              "cudaMemset out");
-  check_cuda(cudaMemset(d.lse.get(), kOutPoisonByte, size_t(c.problem.batch) * c.problem.query_heads() * sizeof(float)),
-             "cudaMemset lse");
+  check_cuda(cudaMemset(d.lse.get(), kOutPoisonByte, DeviceCase::lse_count(c) * sizeof(float)), "cudaMemset lse");
   check_cuda(cudaMemset(workspace, c.spec.seed % 2 ? 0x7B : 0xFF, workspace_bytes), "cudaMemset workspace");
 }
 
@@ -224,7 +228,7 @@ ConfigRun run_config(const PreparedCase& c, DeviceCase& d) {
     return run;
   }
   const detail::RawOutputs eager = detail::download(c, d, workspace);
-  GatheredOut gathered = gather_out(eager.out, c.spec.io, p.batch, p.query_heads(), p.head_dim, Config::kQo);
+  GatheredOut gathered = gather_out(eager.out, c.spec.io, p.num_tokens, p.query_heads(), p.head_dim, Config::kQo);
   run.out = std::move(gathered.rows);
   run.lse = eager.lse;
   run.errors = eager.errors;

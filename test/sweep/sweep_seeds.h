@@ -6,7 +6,7 @@
 //
 // Coverage: coverage_items() names what a case exercises on the sweep's Configs (which
 // Configs take it, a plan of more than 32 chunks that merges them, bf16 q/out, device
-// scales, graph replay, q/out layouts, ...). The smoke (--smoke, ctest gpu.sweep_smoke) is
+// scales, graph replay, q/out layouts, multi-token queries by atom and q_len bucket, ...). The smoke (--smoke, ctest gpu.sweep_smoke) is
 // kSmokeSeeds cheap seeds of base 0 picked so that together they cover every item of
 // smoke_required(): every Config at least once, and each of the rarer items.
 // Host only; plain C++17 (the CPU test checks the smoke's cover).
@@ -41,15 +41,22 @@ inline constexpr int kManyChunks = vxqa::kCombineNarrowAbove;
 inline const char* atom_words(const ConfigInfo& info) { return info.sm70_atom ? "sm70 atom" : "default atom"; }
 
 // Whether the step has a sequence whose outputs come from more than kManyChunks chunks of
-// `plan` (a sequence the device reads with a good length and good pages).
+// `plan` (a sequence with query rows the device reads with a good length and good pages).
 inline bool merges_many_chunks(const SweepCase& c, const vxqa::DecodePlan& plan) {
   if (plan.num_chunks <= kManyChunks) return false;
   const std::vector<int32_t> lens = c.device_lens();
   for (int b = 0; b < c.problem.batch; ++b)
-    if (lens[b] == c.problem.seq_lens[b] && b != c.bad_page.seq &&
+    if (lens[b] == c.problem.seq_lens[b] && b != c.bad_page.seq && c.queries(b) > 0 &&
         int64_t(lens[b]) > int64_t(kManyChunks) * plan.chunk_tokens)
       return true;
   return false;
+}
+
+// The CTAs a KV head's rows (G · max_q_len) take (row_tiling): 8 rows a CTA on the SM70 atom,
+// up to 8 · Warps on the default atom (the SM80 body, where the sweep is built for sm_80+).
+inline int row_tiling_ctas(const SweepCase& c, const ConfigInfo& info) {
+  const int per_cta = info.sm70_atom ? 8 : 8 * info.warps;
+  return (c.problem.group * c.max_q_len + per_cta - 1) / per_cta;
 }
 
 // What the case covers, one item a string ("config N: NAME" for each Config that takes it).
@@ -71,6 +78,30 @@ inline std::vector<std::string> coverage_items(const SweepCase& c, const std::ve
     if (o.window > 0 && c.plan.max_window > 0) items.insert(std::string("plan cut over the window, ") + atom_words(info));
     if (o.logit_softcap > 0.f) items.insert(std::string("logit soft-cap, ") + atom_words(info));
     if (o.sinks) items.insert(std::string("attention sinks, ") + atom_words(info));
+    if (c.multi_token()) {
+      const std::string atom = atom_words(info);
+      items.insert(std::string("multi-token ") + q_len_bucket(c) + ", " + atom);
+      if (ragged_queries(c)) items.insert("multi-token ragged, " + atom);
+      if (c.variant_flags()) items.insert("multi-token with a variant, " + atom);
+      if (c.cls != CaseClass::kFinite) items.insert(std::string("multi-token ") + class_name(c.cls) + ", " + atom);
+      if (merges_many_chunks(c, plan)) items.insert("multi-token, more than 32 chunks merged, " + atom);
+      if (c.has_q_indptr() && row_tiling_ctas(c, info) > 1) items.insert("multi-token rows in several CTAs, " + atom);
+    }
+  }
+  if (c.multi_token()) {
+    if (!c.has_q_indptr()) items.insert("multi-token Config without q_indptr");
+    if (c.most_queries() == kMaxQueryLen) items.insert("multi-token q_len 16");
+    if (c.max_q_len > c.most_queries()) items.insert("multi-token max_q_len above the step's");
+    if (c.plan.max_q_len > c.max_q_len) items.insert("multi-token plan max_q_len above max_q_len");
+    if (c.has_q_indptr() && c.rows() == 0) items.insert("multi-token step without rows");
+    for (int b = 0; b < o.batch; ++b) {
+      if (c.has_q_indptr() && c.queries(b) == 0 && o.seq_lens[b] > 0) items.insert("multi-token sequence without rows");
+      if (c.has_q_indptr() && c.queries(b) > 1 && o.seq_lens[b] == c.queries(b))
+        items.insert("multi-token first query token sees one key");
+    }
+    for (const auto& [seq, len] : c.bad_lengths)
+      if (c.fewer_keys_than_queries(seq, len)) items.insert("multi-token bad length: fewer keys than query tokens");
+    if (c.graph) items.insert("multi-token graph replay");
   }
   if (c.bf16_q) items.insert("q of bf16 values");
   if (c.k_scale_on_device) items.insert("k scale on device");
@@ -82,11 +113,11 @@ inline std::vector<std::string> coverage_items(const SweepCase& c, const std::ve
   if (c.io.head_major) items.insert("q/out head-major");
   bool odd_row = false, junk = false;
   const int heads = c.query_heads();
-  for (int b = 0; b < o.batch; ++b)
-    for (int h = 0; h < heads; ++h) odd_row |= c.io.out_row(b, h) % 2 != 0;
+  for (int row = 0; row < c.rows(); ++row)
+    for (int h = 0; h < heads; ++h) odd_row |= c.io.out_row(row, h) % 2 != 0;
   if (odd_row) items.insert("out rows not 4-byte aligned");
   for (int64_t s : kJunkStrides) {
-    junk |= o.batch == 1 && (c.io.q_batch_stride == s || c.io.out_batch_stride == s);
+    junk |= c.layout_rows() == 1 && (c.io.q_batch_stride == s || c.io.out_batch_stride == s);
     junk |= heads == 1 && (c.io.q_head_stride == s || c.io.out_head_stride == s);
   }
   if (junk) items.insert("one-row dimension with a junk stride");
@@ -101,16 +132,18 @@ inline constexpr double kSmokeMaxCpuNs = kTierBudgetNs[int(Tier::kSmall)];
 // Seeds of base 0 the smoke looks through for what it must cover.
 inline constexpr uint64_t kSmokeScan = 200000;
 
-// Every Config, a merge of more than 32 chunks, a masked chunk, bf16 q/out and a
-// compile-time page size that is not a multiple of 16 on each atom, every class, and the
-// rarer ways a step reaches the kernels.
+// Every Config, a merge of more than 32 chunks, a masked chunk, bf16 q/out, a compile-time
+// page size that is not a multiple of 16, each variant and multi-token queries of each q_len
+// bucket (2..4, 5..16, ragged) on each atom, every class, and the rarer ways a step reaches
+// the kernels.
 inline std::vector<std::string> smoke_required(const std::vector<ConfigInfo>& configs) {
   std::vector<std::string> need;
   for (size_t i = 0; i < configs.size(); ++i) need.push_back("config " + std::to_string(i) + ": " + configs[i].name);
   for (const char* atom : {"default atom", "sm70 atom"})
     for (const char* what : {"more than 32 chunks merged, ", "masked chunk, ", "bf16 q/out, ",
                              "compile-time page not a multiple of 16, ", "sliding window, ",
-                             "plan cut over the window, ", "logit soft-cap, ", "attention sinks, "})
+                             "plan cut over the window, ", "logit soft-cap, ", "attention sinks, ",
+                             "multi-token q_len 2..4, ", "multi-token q_len 5..16, ", "multi-token ragged, "})
       need.push_back(std::string(what) + atom);
   for (int i = 0; i < kCaseClasses; ++i) need.push_back(std::string("class ") + class_name(CaseClass(i)));
   for (const char* s : {"k scale on device", "v scale on device", "graph replay, device scales",

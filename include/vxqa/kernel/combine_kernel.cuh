@@ -103,7 +103,12 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const DecodeKe
     if (reports && token == 0 && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
     return;
   }
-  if (token >= queries.count) return;
+  if (token >= queries.count) {  // no row; a sequence without a query token still reports a bad length
+    const bool bad_length = !length_is_valid(len, a);
+    if (bad_length && queries.count == 0 && reports && token == 0 && threadIdx.x == 0)
+      atomicOr(a.errors, uint32_t(kDecodeErrorBadLength));
+    return;
+  }
   const int out_row = queries.first + token;
   const int q_heads = a.num_kv_heads * a.group_size;
   uint16_t* out = static_cast<uint16_t*>(a.out) + out_row * a.out_batch_stride + q_head * a.out_head_stride + dim0;
