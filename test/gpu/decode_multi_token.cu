@@ -48,7 +48,7 @@ double multi_matches_reference(const RandomProblem& p, int chunk_tokens, int pla
   const int q_len = std::max(plan_q_len, vxqa::problem_max_q_len(p));
   const vxqa::DecodePlan plan = multi_plan<Config>(p, chunk_tokens, q_len);
   vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
-  params.max_q_len = q_len;
+  if (params.q_indptr) params.max_q_len = q_len;  // without q_indptr a step has one token a sequence
   INFO("D " << p.head_dim << " G " << p.group << " Hkv " << p.kv_heads << " page " << p.page_size << " tokens "
             << p.num_tokens << " max_q_len " << q_len << " window " << p.window << " cap " << p.logit_softcap
             << " sinks " << !p.sinks.empty() << " chunk " << plan.chunk_tokens << " chunks " << plan.num_chunks);
