@@ -225,17 +225,7 @@ struct DecodeCtaSm80 {
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[e] = Variant::score(scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
-      uint32_t p[2];
-      float alpha[2];
-      softmax::register_softmax_step(st, s, p, alpha);
-      // Most tiles leave every max where it was: skip the rescale of O then.
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
-      }
-      Pv::run(stage(use) + kVTileOffset, p, o);
+      softmax_and_pv(s, stage(use) + kVTileOffset, st, o);
       use = next(use);
       fill = next(fill);
     }
@@ -306,17 +296,24 @@ struct DecodeCtaSm80 {
         if constexpr (Variant::kWindow) row_scores.first = rows.first(work, e & 1);
         s[e] = Variant::score(row_scores, s[e], token < rows.end(work, e & 1), token);
       }
-      uint32_t p[2];
-      float alpha[2];
-      softmax::register_softmax_step(st, s, p, alpha);
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
-      }
-      Pv::run(tile + kVTileOffset, p, o);
+      softmax_and_pv(s, tile + kVTileOffset, st, o);
     }
+  }
+
+  // One tile's masked base-2 scores into the running softmax, then P·V into O (both loops).
+  VXQA_DEVICE static void softmax_and_pv(const float (&s)[4], const uint8_t* v_tile, softmax::HeadPairState& st,
+                                         float (&o)[kMTiles][4]) {
+    uint32_t p[2];
+    float alpha[2];
+    softmax::register_softmax_step(st, s, p, alpha);
+    // Most tiles leave every max where it was: skip the rescale of O then.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
+    }
+    Pv::run(v_tile, p, o);
   }
 
   // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole
