@@ -3,7 +3,7 @@
 // measured in the same run, prints a table and writes JSON.
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
-//                 --contexts | --breakdown | --variants | --queries | --profile [--shape N]]
+//                 --contexts | --breakdown | --variants | --queries | --profile [--shape N] [--q-len Q]]
 // --experiment [--shape N] times the default atom over chunk sizes (one wave of CTAs against
 // several; N: only the N-th sweep);
 // --plans times every shape with its default plan (choose_wave_chunk_tokens in the SM80
@@ -18,7 +18,8 @@
 // with the error word's reset, with the combine, an empty kernel) to place the fixed costs;
 // --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
 // against G 6 over the same KV;
-// --profile [--shape N] runs only shape N (default 0, the seed shape) with its default plan, for ncu.
+// --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
+// plan, for ncu; Q > 1: the --queries rows' multi-token Config (8 warps) with Q tokens a sequence.
 //
 // Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
 // plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
@@ -42,6 +43,10 @@ namespace {
 // trusted (what the id check costs), and the SM70 path forced, for the record.
 using E5m2 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
 using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
+// --queries and --profile --q-len: 8 warps, up to 64 rows a CTA share each K/V tile (row_tiling).
+using Multi = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::MaxQueryLen<16>, vxqa::opt::Warps<8>>;
+using Multi4 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::MaxQueryLen<16>>;
+using Multi6 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::MaxQueryLen<16>, vxqa::opt::Warps<6>>;
 using E5m2Unchecked = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::PageIds<vxqa::PageIdCheck::kOff>>;
 using E5m2Sm70 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Atom<vxqa::MmaAtom::kSm70>>;
 // The SM70 path's other conversion policy (E5M2 -> fp16 when published to shared memory);
@@ -324,6 +329,7 @@ std::string join(const std::vector<int32_t>& v) {
 int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
   int shape_arg = -1;  // --shape N: --profile's shape (default 0), --experiment's sweep (default all)
+  int q_len_arg = 1;   // --q-len Q: --profile's query tokens a sequence
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const bool has_value = i + 1 < argc;
@@ -334,6 +340,7 @@ int main(int argc, char** argv) {
              k == "--ramp" || k == "--variants" || k == "--queries")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
+    else if (k == "--q-len" && has_value) q_len_arg = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
       return 2;
@@ -452,15 +459,15 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<E5m2>(page16_4k, stream, sms, l2, copy, 0, "plain"));
     results.push_back(run_shape<Window>(shapes[1], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
-    namespace opt = vxqa::opt;
-    // 8 warps: up to 64 rows a CTA share each K/V tile (row_tiling).
-    using Multi = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::MaxQueryLen<16>, opt::Warps<8>>;
-    using Multi4 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, opt::MaxQueryLen<16>>;
     for (int i : {0, 3}) {
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));
       for (int q_len : {1, 2, 4, 8, 16}) {
         const std::string name = "multi-token, 8 warps, q_len " + std::to_string(q_len);
         results.push_back(run_shape<Multi>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
+      }
+      for (int q_len : {1, 2, 4, 8, 16}) {
+        const std::string name = "multi-token, 6 warps, q_len " + std::to_string(q_len);
+        results.push_back(run_shape<Multi6>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
       }
       for (int q_len : {4, 16}) {
         const std::string name = "multi-token, 4 warps, q_len " + std::to_string(q_len);
@@ -475,6 +482,7 @@ int main(int argc, char** argv) {
       results.push_back(run_shape<E5m2>(*g, stream, sms, l2, copy, 0, "plain (two CTAs a KV head)"));
       results.push_back(run_shape<Multi>(*g, stream, sms, l2, copy, 0, "multi-token, 8 warps (one CTA)"));
       results.push_back(run_shape<Multi4>(*g, stream, sms, l2, copy, 0, "multi-token, 4 warps (one CTA)"));
+      results.push_back(run_shape<Multi6>(*g, stream, sms, l2, copy, 0, "multi-token, 6 warps (one CTA)"));
     }
   } else if (mode == "profile") {  // one shape, for ncu
     const int profile_shape = shape_arg < 0 ? 0 : shape_arg;
@@ -482,7 +490,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", vxqa_bench::kShapeCount - 1);
       return 2;
     }
-    results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
+    if (q_len_arg < 1 || q_len_arg > 16) {
+      std::fprintf(stderr, "decode_bench: --q-len must be 1..16\n");
+      return 2;
+    }
+    if (q_len_arg == 1) {
+      results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
+    } else {
+      results.push_back(run_shape<Multi>(shapes[profile_shape], stream, sms, l2, copy, 0, "multi-token, 8 warps", false,
+                                         {0, 0.f, false, q_len_arg}));
+    }
   } else {
     for (const Shape& s : vxqa_bench::kShapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy));

@@ -20,6 +20,10 @@ using vxqa_test::RandomProblemOptions;
 
 // 8 warps: up to 64 rows a CTA on the SM80 body (row_tiling), the seed shape's head dim.
 using MultiD256 = vxqa::DecodeConfig<256, KvType::kE5M2, opt::MaxQueryLen<16>, opt::Warps<8>>;
+// The Decoder's other D 256 E5M2 one: 6 warps (48 rows a CTA), so row tiles of 1, 2, 3 and 6
+// warps (streams of 6, 3, 2 and 1), every variant flag compiled in and off.
+using MultiD256W6 = vxqa::DecodeConfig<256, KvType::kE5M2, opt::Warps<6>, opt::Variant<vxqa::kAllVariantFlags>,
+                                       opt::MaxQueryLen<16>>;
 // Every variant flag, 4 warps (32 rows a CTA), a run-time page size: either SM80 path.
 using MultiAllD128 =
     vxqa::DecodeConfig<128, KvType::kE5M2, opt::MaxQueryLen<16>, opt::Variant<vxqa::kAllVariantFlags>>;
@@ -70,7 +74,7 @@ RandomProblemOptions multi_options(int group, int q_len, bool ragged, int page, 
   return o;
 }
 
-// Groups x query lengths: rows from 2 to 16 · 12 = 192 (several CTAs of 64 or 32 rows, and on
+// Groups x query lengths: rows from 2 to 16 · 12 = 192 (several CTAs of 64, 48 or 32 rows, and on
 // the SM70 body of 8), lengths at the edges a token's causal limit meets (a tile, a page, a
 // chunk), under one chunk and one SM80 round a chunk.
 template <class Config>
@@ -94,6 +98,7 @@ void groups_and_query_lengths(int page, uint64_t seed) {
 TEST_CASE("query lengths 2..16, uniform and ragged, over groups and chunks match the reference",
           "[decode_multi_token]") {
   groups_and_query_lengths<MultiD256>(16, 13000);
+  groups_and_query_lengths<MultiD256W6>(48, 13100);
   groups_and_query_lengths<MultiAllD128>(7, 13200);
   groups_and_query_lengths<MultiD64Fp16Page16>(16, 13400);
 }

@@ -299,15 +299,24 @@ TEST_CASE("Decoder picks a Config by the shape's variant flags", "[decoder]") {
 
 // The shape's query tokens pick the Config too: more than 8 rows a KV head (G · max_q_len)
 // take a multi-token Config (one KV read for them all) when the list has one, at most 8 one
-// of one token; a max_q_len no Config takes is refused by name. Then a multi-token step
-// through the chosen Config matches the reference.
+// of one token; of two multi-token Configs the one whose CTAs hold fewer row slots on the
+// device (the SM80 body's row tiles: 24 rows fill 3 tiles of 6 warps, but 4 of 8 warps; 64
+// rows fill one CTA of 8 warps, two of 6); a max_q_len no Config takes is refused by name.
+// Then a multi-token step through the chosen Config matches the reference.
 TEST_CASE("Decoder picks a Config by the shape's query tokens, and decodes several a sequence",
           "[decoder]") {
   namespace opt = vxqa::opt;
   using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::PageSize<16>>,
                                 vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Warps<8>, opt::MaxQueryLen<8>>,
-                                vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>>;
+                                vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>,
+                                vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Warps<6>, opt::MaxQueryLen<8>>>;
   using Decoder = vxqa::Decoder<List>;
+  int smem = 0;
+  bool sm80_body = false;  // the SM70 body has 8 rows a CTA whatever its warps: a tie, the first wins
+  REQUIRE(vxqa::decode_smem_bytes<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, opt::Warps<6>, opt::MaxQueryLen<8>>>(
+              &smem, &sm80_body)
+              .ok());
+  const char* const w6_on_sm80 = sm80_body ? "D64 e5m2 fp16 W6 page* q8" : "D64 e5m2 fp16 W8 page* q8";
   vxqa::DecoderShape s;
   s.head_dim = 64;
   s.cache_type = vxqa::KvType::kE5M2;
@@ -321,10 +330,13 @@ TEST_CASE("Decoder picks a Config by the shape's query tokens, and decodes sever
     const char* config;
   };
   const Want cases[] = {{4, 1, 0u, "D64 e5m2 fp16 W4 page16"},
-                        {4, 2, 0u, "D64 e5m2 fp16 W8 page* q8"},  // the one Config that takes 2 tokens
+                        {4, 2, 0u, "D64 e5m2 fp16 W8 page* q8"},  // 8 rows: one tile either way, the first
                         {12, 1, 0u, "D64 e5m2 fp16 W8 page* q8"},
                         {4, 3, 0u, "D64 e5m2 fp16 W8 page* q8"},
                         {1, 8, 0u, "D64 e5m2 fp16 W8 page* q8"},
+                        {6, 4, 0u, w6_on_sm80},  // 24 rows: 24 slots with 6 warps, 32 with 8
+                        {6, 8, 0u, w6_on_sm80},  // 48 rows: 48 slots, 64
+                        {8, 8, 0u, "D64 e5m2 fp16 W8 page* q8"},  // 64 rows: 64 slots, 96 (two CTAs of 48)
                         {4, 3, vxqa::kSlidingWindow, "none: no Config has both"}};
   for (const Want& w : cases) {
     s.group_size = w.group;

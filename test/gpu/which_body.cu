@@ -44,6 +44,8 @@ using vxqa_test::DeviceBuffer;
   X(DecodeConfig<64, KvType::kE5M2, opt::PageSize<16>>)                                       \
   X(DecodeConfig<64, KvType::kE5M2, opt::QoType<ActType::kBf16>>)                             \
   X(DecodeConfig<64, KvType::kFp16, opt::PageSize<16>, opt::Variant<vxqa::kAllVariantFlags>>)\
+  X(DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::MaxQueryLen<8>>)                     \
+  X(DecodeConfig<64, KvType::kE5M2, opt::Warps<6>, opt::MaxQueryLen<8>>)                     \
   /* decode_d128, append_kv, decode_errors, decode_nonfinite, decode_invariants, decoder,    */\
   /* decode_bf16, sanitize_reduced                                                           */\
   X(DecodeConfig<128, KvType::kE5M2>)                                                         \
@@ -63,7 +65,10 @@ using vxqa_test::DeviceBuffer;
   X(DecodeConfig<256, KvType::kFp16>)                                                         \
   X(DecodeConfig<256, KvType::kFp16, opt::Warps<2>>)                                          \
   X(DecodeConfig<256, KvType::kE5M2, opt::QoType<ActType::kBf16>>)                             \
-  X(DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>)
+  X(DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>)                    \
+  /* decode_multi_token                                                                      */\
+  X(DecodeConfig<256, KvType::kE5M2, opt::MaxQueryLen<16>, opt::Warps<8>>)                    \
+  X(DecodeConfig<256, KvType::kE5M2, opt::Warps<6>, opt::Variant<vxqa::kAllVariantFlags>, opt::MaxQueryLen<16>>)
 
 constexpr vxqa::MmaAtom kDefaultAtom = VXQA_DEFAULT_MMA_ATOM;
 // The body this binary must run on sm_80+: the SM80 one unless the build forces the SM70 atom.

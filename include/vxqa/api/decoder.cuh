@@ -11,8 +11,10 @@
 // type whose variant has every flag the shape asks for (DecoderShape::variant) and whose
 // opt::MaxQueryLen takes the shape's max_q_len: where a KV head has more than 8 rows
 // (G · max_q_len) multi-token ones (their warps share the KV across the rows: row_tiling),
-// else ones of one query token, if the list has any; of those the ones with the fewest flags
-// (none asked: a plain Config); of those the first whose compile-time page size equals the
+// else ones of one query token, if the list has any; of those the ones whose CTAs hold the
+// fewest row slots for the shape's rows on this device (a padded row costs a row's work: 24
+// rows take 24 slots with 6 warps, 32 with 8); of those the ones with the fewest flags (none
+// asked: a plain Config); of those the first whose compile-time page size equals the
 // shape's, else the first with a run-time page size (0). None: init fails naming the field.
 // Every Config of the list is instantiated (its kernels compiled) where a Decoder<List> is
 // used, so a short list builds faster.
@@ -33,7 +35,10 @@ struct ConfigList {};
 // time), which serves a shape asking for any variant; flags it has that a step does not
 // use are off at run time. And one with every flag and up to 16 query tokens a sequence,
 // 8 warps (64 rows a CTA; 4 for D 256 fp16, whose stages take twice the bytes), which
-// serves multi-token steps and groups of more than 8 heads.
+// serves multi-token steps and groups of more than 8 heads; D 256 E5M2 has a second with 6
+// warps (48 rows a CTA): two of its CTAs share an sm_90 SM where one of 8 warps fills it
+// (registers and shared memory), and rows of 3 or 6 tiles (G 6 × q_len 4 or 8) need no
+// padded tile (docs/performance.md, "Multi-token queries").
 template <ActType Qo>
 using DefaultDecoderConfigsFor =
     ConfigList<DecodeConfig<64, KvType::kE5M2, opt::PageSize<16>, opt::QoType<Qo>>,
@@ -54,6 +59,8 @@ using DefaultDecoderConfigsFor =
                DecodeConfig<128, KvType::kE5M2, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
                DecodeConfig<256, KvType::kE5M2, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<256, KvType::kE5M2, opt::Warps<6>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
                DecodeConfig<64, KvType::kFp16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
@@ -203,6 +210,7 @@ class Decoder<ConfigList<Configs...>> {
     int page_size;  // 0: run time
     unsigned variant;  // VariantFlag bits
     int max_q_len;     // opt::MaxQueryLen
+    int (*row_slots)(const DecoderShape&);  // rows its CTAs hold for the shape's, padding included
     Status (*plan)(const DecoderShape&, DecodePlan*);
     Status (*decode)(const DecodeParams&, const DecodePlan&, void*, size_t, cudaStream_t);
     std::string (*name)();
@@ -212,6 +220,13 @@ class Decoder<ConfigList<Configs...>> {
   static Entry entry_for() {
     return Entry{Config::kHeadDim, Config::kKv, Config::kQo, Config::kPageSize, Config::Variant::kVariantFlags,
                  Config::kMaxQueryLen,
+                 [](const DecoderShape& s) {
+                   int smem = 0;
+                   bool sm80_body = false;  // where the device cannot say, the plan will
+                   if (!decode_smem_bytes<Config>(&smem, &sm80_body).ok()) sm80_body = false;
+                   const RowTiling t = row_tiling<Config>(s.group_size, s.max_q_len, sm80_body);
+                   return t.m_tiles * t.rows_per_cta;
+                 },
                  [](const DecoderShape& s, DecodePlan* plan) {
                    return make_decode_plan<Config>(s.max_batch, s.max_context, s.num_kv_heads, s.group_size, plan,
                                                    s.max_window, s.max_q_len);
@@ -236,11 +251,12 @@ class Decoder<ConfigList<Configs...>> {
   static int flag_count(unsigned flags) { return int(flags & 1u) + int((flags >> 1) & 1u) + int((flags >> 2) & 1u); }
 
   // Lower is better: with more than 8 rows a KV head a multi-token Config (one KV read for
-  // them all), with at most 8 one of one query token; then the fewest variant flags; then
-  // the shape's compile-time page size over a run-time one.
-  static int rank(const Entry& e, const DecoderShape& s) {
+  // them all), with at most 8 one of one query token; then the fewest row slots; then the
+  // fewest variant flags; then the shape's compile-time page size over a run-time one.
+  static int64_t rank(const Entry& e, const DecoderShape& s) {
     const bool want_multi = int64_t(s.group_size) * s.max_q_len > 8;
-    return ((e.max_q_len > 1) != want_multi ? 16 : 0) + 2 * flag_count(e.variant) + (e.page_size == 0 ? 1 : 0);
+    return (int64_t((e.max_q_len > 1) != want_multi) << 40) + (int64_t(e.row_slots(s)) << 8) +
+           2 * flag_count(e.variant) + (e.page_size == 0 ? 1 : 0);
   }
 
   static int find(const DecoderShape& s) {

@@ -248,9 +248,9 @@ struct DecodeCtaSm80 {
     auto stage = [&](int u, int k) {  // stage of the k-th tile warp u copies
       return stream_area + u * Config::kSm80WarpBytes + (k % kStages) * Config::kSm80StageBytes;
     };
-    auto issue = [&](int j) {  // tile j, this warp's; one commit group, empty past the end
+    auto issue = [&](int j, int k) {  // tile j, the k-th this warp copies; one commit group, empty past the end
       if (j < tiles.count) {
-        uint8_t* k_tile = stage(copier, j / row_warps);
+        uint8_t* k_tile = stage(copier, k);
         if constexpr (kOnePage) {
           const uint32_t token = uint32_t(tiles.start(j));
           const int64_t offset = Config::kChecksPageIds ? seq.checked_row_offset(token, a.num_pages, bad_page)
@@ -274,18 +274,23 @@ struct DecodeCtaSm80 {
     const typename Variant::Scores base = Variant::prepare(a, qk_scale_log2_of(a), work.first);
 
 #pragma unroll
-    for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier);
-    for (int j = 0; j < tiles.count; ++j) {
-      if (j % row_warps == copier) {
+    for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier, k);
+    // Tile j is the k-th that warp u copies: j = k · R + u, counted rather than divided.
+    for (int j = 0, u = 0, k = 0; j < tiles.count; ++j) {
+      if (u == copier) {
         __syncwarp();  // every lane is done with the stage it refills (the stream's barriers
                        // since tile j - R ordered the other warps)
-        issue(j + (kStages - 1) * row_warps);
+        issue(j + (kStages - 1) * row_warps, k + kStages - 1);
         arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
       }
       arch::named_barrier_sync(1 + role.stream, 32 * row_warps);  // ... and every copy, for every warp
       if (j == 0) VXQA_TIMELINE_PROBE(a, kProbeDecodeFirstTile);
 
-      const uint8_t* tile = stage(j % row_warps, j / row_warps);
+      const uint8_t* tile = stage(u, k);
+      if (++u == row_warps) {
+        u = 0;
+        ++k;
+      }
       float s[4];
       Qk::run(tile, qf, s);
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);

@@ -8,6 +8,7 @@
 // Semantics as softmax/online_softmax.cuh: base-2 logits, -inf masks, NaN kept.
 #pragma once
 #include <cuda_fp16.h>
+#include <vxqa/arch/fast_float.cuh>
 #include <vxqa/arch/movmatrix.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/softmax/online_softmax.cuh>
@@ -26,6 +27,15 @@ VXQA_HD HeadPairState empty_head_pair() {
 }
 
 #if VXQA_IS_CUDA_COMPILER && VXQA_HAS_MOVMATRIX
+// max_keep_nan, in one instruction where the hardware has one (sm_80+).
+VXQA_DEVICE float max_of_pair(float a, float b) {
+#if VXQA_HAS_MAX_NAN
+  return arch::max_nan(a, b);
+#else
+  return max_keep_nan(a, b);
+#endif
+}
+
 // One 16-token tile: s[e] are base-2 logits (masked ones -inf) of head 2t + (e & 1), token
 // l/4 + 8 (e >> 1). Returns P as the B fragment of Pᵀ for mma.m16n8k16 (via movmatrix) and
 // the factor each of the two heads' earlier sums and outputs must be scaled by.
@@ -34,15 +44,15 @@ VXQA_DEVICE void register_softmax_step(HeadPairState& st, const float (&s)[4], u
   float p[4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float tile_max = max_keep_nan(s[h], s[h + 2]);
-    tile_max = max_keep_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 4));
-    tile_max = max_keep_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
-    tile_max = max_keep_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
-    const float m_new = max_keep_nan(st.m[h], tile_max);
-    const bool empty = m_new == negative_infinity();
-    p[h] = empty ? 0.f : exp2f(s[h] - m_new);
-    p[h + 2] = empty ? 0.f : exp2f(s[h + 2] - m_new);
-    alpha[h] = rescale_factor(st.m[h], m_new);
+    float tile_max = max_of_pair(s[h], s[h + 2]);
+    tile_max = max_of_pair(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 4));
+    tile_max = max_of_pair(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
+    tile_max = max_of_pair(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
+    const float m_new = max_of_pair(st.m[h], tile_max);
+    const bool empty = m_new == negative_infinity();  // rescale_factor's rule, with exp2_ftz
+    p[h] = empty ? 0.f : arch::exp2_ftz(s[h] - m_new);
+    p[h + 2] = empty ? 0.f : arch::exp2_ftz(s[h + 2] - m_new);
+    alpha[h] = empty ? 1.f : arch::exp2_ftz(st.m[h] - m_new);
     st.m[h] = m_new;
   }
   // Rows of the two 8x8 halves of Pᵀ (tokens l/4 and l/4 + 8), as f16x2 of heads 2t, 2t+1.
