@@ -41,8 +41,8 @@ using EveryVariant = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, O
 // Multi-token queries (opt::MaxQueryLen<16>, every variant flag): the Configs the
 // multi-token cases run on (SweepCase::q_len > 0), one a head dim, its format the one
 // multi_token_format (sweep_case.h) gives it: D64 and D256 E5M2 on the default atom with 8
-// warps (the SM80 body's warps share a K/V tile across up to 64 rows), D128 fp16 on the
-// SM70 atom.
+// warps (the SM80 body's warps share a K/V tile across up to 64 rows), D256 also with 6 (the
+// Decoder's other D 256 E5M2 one: row tiles of 3 and 6 warps), D128 fp16 on the SM70 atom.
 template <int D, KvType Kv, class... Options>
 using MultiToken = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, opt::MaxQueryLen<kMaxQueryLen>, Options...>;
 
@@ -77,7 +77,8 @@ using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                Sm70<256, KvType::kE5M2, 2, 1, 0, ConvertAt::kPublish>,
                                EveryVariant<256, KvType::kE5M2>,
                                EveryVariant<256, KvType::kFp16, opt::Warps<2>, opt::Atom<MmaAtom::kSm70>>,
-                               MultiToken<256, KvType::kE5M2, opt::Warps<8>>>;
+                               MultiToken<256, KvType::kE5M2, opt::Warps<8>>,
+                               MultiToken<256, KvType::kE5M2, opt::Warps<6>>>;
 
 // The plan Config makes for the case.
 template <class Config>

@@ -1,5 +1,5 @@
-// vxqa/arch/fast_float.cuh — the two float operations of the softmax's inner step, each one
-// instruction where the hardware has it.
+// vxqa/arch/fast_float.cuh — float operations of the score path (the SM80 softmax step, the
+// soft-cap's tanh), each one instruction where the hardware has it.
 //
 // exp2f compiles (without fast math) to MUFU.EX2 wrapped in a rescale for subnormal results:
 // four more instructions an exponential. The softmax rounds p into fp16, whose smallest
