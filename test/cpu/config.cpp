@@ -49,7 +49,7 @@ constexpr bool check_config() {
   static_assert(C::kSm80CtaTokens == 16 * kWarps, "each warp takes a 16-token tile per SM80 round");
   static_assert(C::kChunkMultiple == 16 * kWarps, "chunks are whole rounds of the finer body");
   static_assert(C::kHeadsPerCta == 8, "one M tile of 8 heads");
-  static_assert(std::is_same<typename C::Geometry, vxqa::pipeline::WarpTileGeometry<kD, eb>>::value,
+  static_assert(std::is_same<typename C::Geometry, vxqa::pipeline::WarpTileGeometry<kD, kKv>>::value,
                 "geometry");
   static_assert(std::is_same<typename C::LoadPolicy, vxqa::pipeline::Sm70RegisterStaged<kStages>>::value,
                 "load policy");

@@ -43,7 +43,7 @@ int c_col(int lane, int i) { return (i & 4) + (lane & 2) + (i & 1); }
 // (c) QK: S column n of quad pair q is the token whose K row the lane with B column n reads.
 template <int D, int E>
 void check_qk_indices() {
-  using Qk = mma::QkConsumer<pipeline::WarpTileGeometry<D, E>>;
+  using Qk = mma::QkConsumer<pipeline::WarpTileGeometry<D, E == 1 ? KvType::kE5M2 : KvType::kFp16>>;
   INFO("QK, head dim " << D << ", " << E << "-byte elements");
   int seen[8][32] = {};
   for (int lane = 0; lane < 32; ++lane) {
@@ -71,7 +71,7 @@ void check_qk_indices() {
 // B column n read from the V row.
 template <int D, int E>
 void check_pv_indices() {
-  using Pv = mma::PvConsumer<pipeline::WarpTileGeometry<D, E>>;
+  using Pv = mma::PvConsumer<pipeline::WarpTileGeometry<D, E == 1 ? KvType::kE5M2 : KvType::kFp16>>;
   INFO("PV, head dim " << D << ", " << E << "-byte elements");
   constexpr int kSpanDims = D / 8;
   std::vector<int> seen(8 * D, 0);

@@ -21,7 +21,7 @@ using vxqa_test::conflict_ways;
 
 template <int D, int E>
 void check() {
-  using G = mma::Sm80TileGeometry<D, E>;
+  using G = mma::Sm80TileGeometry<D, E == 1 ? KvType::kE5M2 : KvType::kFp16>;  // E: bytes an element
   using Qk = mma::Sm80QkConsumer<G>;
   using Pv = mma::Sm80PvConsumer<G>;
   using K = typename Qk::Layout;

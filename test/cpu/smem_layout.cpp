@@ -30,7 +30,7 @@ int merge_l_index(int head) { return 8 + head; }
 
 template <int D, int E>
 void check_geometry() {
-  using G = pipeline::WarpTileGeometry<D, E>;
+  using G = pipeline::WarpTileGeometry<D, E == 1 ? KvType::kE5M2 : KvType::kFp16>;  // E: bytes an element
   using K = pipeline::KTileLayout<G>;
   using V = pipeline::VTileLayout<G>;
   using Q = pipeline::QTileLayout<D>;
@@ -243,8 +243,8 @@ TEST_CASE("the bank model itself sees conflicts", "[smem_layout]") {
   CHECK(conflict_ways(rows256, 16) == 8);
   // The S and merge stores these layouts replaced: one float at a time into S, and pairs
   // into a plain row-major 8 x 128 O area.
-  using Qk = mma::QkConsumer<pipeline::WarpTileGeometry<128, 1>>;
-  using Pv = mma::PvConsumer<pipeline::WarpTileGeometry<128, 1>>;
+  using Qk = mma::QkConsumer<pipeline::WarpTileGeometry<128, KvType::kE5M2>>;
+  using Pv = mma::PvConsumer<pipeline::WarpTileGeometry<128, KvType::kE5M2>>;
   std::vector<int> s_floats(32), o_row_major(32);
   for (int l = 0; l < 32; ++l) {
     s_floats[l] = pipeline::ScoreTileLayout::offset(mma::c_row(l, 0), Qk::c_token(l, 0));

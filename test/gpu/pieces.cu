@@ -61,7 +61,7 @@ __global__ void qk_kernel(const uint16_t* q, const uint8_t* k, float* s_out) {
 template <int D, vxqa::KvType Kv>
 void check_qk(uint64_t seed) {
   using Geometry = typename Cfg<D, Kv>::Geometry;
-  constexpr int eb = Geometry::kElemBytesV;
+  constexpr int eb = Geometry::kElemBytes;
   INFO("QkConsumer D " << D << (eb == 1 ? " E5M2" : " fp16") << " seed " << seed);
   Rng rng(seed);
   std::vector<uint16_t> q(8 * D);
@@ -140,7 +140,7 @@ __global__ void pv_kernel(const uint16_t* p, const uint8_t* v, const float* o_in
 template <int D, vxqa::KvType Kv>
 void check_pv(uint64_t seed) {
   using Geometry = typename Cfg<D, Kv>::Geometry;
-  constexpr int eb = Geometry::kElemBytesV;
+  constexpr int eb = Geometry::kElemBytes;
   INFO("PvConsumer D " << D << (eb == 1 ? " E5M2" : " fp16") << " seed " << seed);
   Rng rng(seed);
   std::vector<uint16_t> p(8 * 32);
@@ -359,7 +359,7 @@ void check_staging(uint64_t seed) {
   constexpr int D = Config::kHeadDim;
   using Geometry = typename Config::Geometry;
   using LoadGeometry = typename Config::LoadGeometry;
-  constexpr bool kWidens = Geometry::kElemBytesV != LoadGeometry::kElemBytesV;
+  constexpr bool kWidens = Geometry::kKvV != LoadGeometry::kKvV;
   using KLayout = vxqa::pipeline::KTileLayout<Geometry>;
   using VLayout = vxqa::pipeline::VTileLayout<Geometry>;
   constexpr int kRowBytes = Geometry::kRowBytes, kTileBytes = Geometry::kTileBytes;

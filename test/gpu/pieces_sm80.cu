@@ -126,11 +126,11 @@ __global__ void sm80_pv_kernel(const uint8_t* v, const uint16_t* p, const float*
 template <int D, vxqa::KvType Kv>
 void check_qk(uint64_t seed) {
   using G = Geometry<D, Kv>;
-  INFO("Sm80QkConsumer D " << D << (G::kElemBytesV == 1 ? " E5M2" : " fp16") << " seed " << seed);
+  INFO("Sm80QkConsumer D " << D << (G::kKvV == vxqa::KvType::kE5M2 ? " E5M2" : " fp16") << " seed " << seed);
   Rng rng(seed);
   std::vector<uint16_t> q(8 * D);
   for (uint16_t& x : q) x = fp16_from_double(rng.uniform(-2, 2));
-  const HostTile k = vxqa_test::random_tile(16, D, G::kElemBytesV, 4.0, rng);
+  const HostTile k = vxqa_test::random_tile(16, D, G::kElemBytes, 4.0, rng);
   DeviceBuffer<uint16_t> dq(q.size());
   DeviceBuffer<uint8_t> dk(k.bytes.size());
   DeviceBuffer<float> ds(16 * 8);
@@ -160,9 +160,9 @@ void check_qk(uint64_t seed) {
 template <int D, vxqa::KvType Kv>
 void check_pv(uint64_t seed) {
   using G = Geometry<D, Kv>;
-  INFO("Sm80PvConsumer D " << D << (G::kElemBytesV == 1 ? " E5M2" : " fp16") << " seed " << seed);
+  INFO("Sm80PvConsumer D " << D << (G::kKvV == vxqa::KvType::kE5M2 ? " E5M2" : " fp16") << " seed " << seed);
   Rng rng(seed);
-  const HostTile v = vxqa_test::random_tile(16, D, G::kElemBytesV, 4.0, rng);
+  const HostTile v = vxqa_test::random_tile(16, D, G::kElemBytes, 4.0, rng);
   std::vector<uint16_t> p(16 * 8);
   for (uint16_t& x : p) x = fp16_from_double(rng.uniform(0, 1));
   std::vector<float> o_in(size_t(D) * 8);

@@ -8,6 +8,7 @@
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/attention_variant.cuh>
 #include <vxqa/numeric/act_type.cuh>
+#include <vxqa/numeric/kv_type.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 #include <vxqa/pipeline/smem_publisher.cuh>
@@ -15,29 +16,6 @@
 #include <vxqa/mma/sm80_qk_consumer.cuh>
 
 namespace vxqa {
-
-// The cache's element format. kUnset is what a parameter struct holds until the caller says
-// which format its cache has: the bytes alone do not tell E5M2 from E4M3 (vLLM's "fp8"), so
-// the format is never assumed.
-enum class KvType { kUnset, kE5M2, kFp16 };
-
-// "e5m2", "fp16", or "unset".
-VXQA_HD const char* kv_type_name(KvType t) {
-  return t == KvType::kE5M2 ? "e5m2" : t == KvType::kFp16 ? "fp16" : "unset";
-}
-
-template <KvType kKv>
-struct KvTraits;
-template <>
-struct KvTraits<KvType::kE5M2> {
-  static constexpr int kElemBytes = 1;
-  static constexpr const char* kName = "e5m2";
-};
-template <>
-struct KvTraits<KvType::kFp16> {
-  static constexpr int kElemBytes = 2;
-  static constexpr const char* kName = "fp16";
-};
 
 // Shared memory an SM70 CTA can use (96 KB per SM, all of it by one CTA with the opt-in).
 inline constexpr int kSm70MaxSmemBytes = 96 * 1024;
@@ -248,8 +226,8 @@ struct DecodeConfig {
   static_assert(Convert == ConvertAt::kConsume || Kv == KvType::kE5M2,
                 "DecodeConfig: opt::Convert<ConvertAt::kPublish> only applies to E5M2 caches");
   // Rows as loaded from the cache, and as the consumers read them in shared memory.
-  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, kElemBytes>;
-  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? 2 : kElemBytes>;
+  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, Kv>;
+  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? KvType::kFp16 : Kv>;
   using LoadPolicy = pipeline::Sm70RegisterStaged<Stages>;
 
   // One M tile of 8 rows (query heads; with kMultiToken, (token, head) pairs) a warp: a KV
@@ -302,7 +280,7 @@ struct DecodeConfig {
   // within kSm80CtaSmemTarget, or opt::AsyncStages. Sm70Stages and Convert are SM70 knobs.
   static constexpr MmaAtom kAtom = Atom;
   static constexpr bool kHasSm80Path = Atom == MmaAtom::kAuto;
-  using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, kElemBytes>;
+  using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, Kv>;
   static constexpr int kSm80StageBytes = mma::Sm80KTileLayout<Sm80Geometry>::kBytes +
                                          mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
   static_assert(AsyncStages == 0 || (AsyncStages >= 2 && AsyncStages <= 8),

@@ -21,7 +21,7 @@ struct PvConsumer {
   using VLayout = pipeline::VTileLayout<Geometry>;
   static constexpr int kHeadDim = Geometry::kHeadDimV;
   static constexpr int kNBlocks = kHeadDim / 32;  // n-blocks per quad pair
-  static constexpr bool kE5m2 = Geometry::kElemBytesV == 1;
+  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
 
   // Output dim of accumulator element i of n-block `nblock` on `lane`.
   VXQA_HD static int c_dim(int lane, int nblock, int i) {

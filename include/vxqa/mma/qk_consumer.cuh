@@ -19,7 +19,7 @@ template <class Geometry>
 struct QkConsumer {
   using KLayout = pipeline::KTileLayout<Geometry>;
   using QLayout = pipeline::QTileLayout<Geometry::kHeadDimV>;
-  static constexpr bool kE5m2 = Geometry::kElemBytesV == 1;
+  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
 
   // Token of the tile whose S column this lane's B fragment covers.
   VXQA_HD static int b_token(int lane) { return quad_pair(lane) * 8 + b_col_major_col(lane); }

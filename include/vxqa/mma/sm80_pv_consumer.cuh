@@ -32,7 +32,7 @@ template <class Geometry>
 struct Sm80PvConsumer {
   using Layout = Sm80VTileLayout<Geometry>;
   static constexpr int kHeadDim = Geometry::kHeadDimV;
-  static constexpr bool kE5m2 = Geometry::kElemBytesV == 1;
+  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
   static constexpr int kMTiles = kHeadDim / 16;
   // A lane's span of one read: 16 bytes, or 8 where a row is too short for 8 lanes x 16.
   static constexpr int kReadBytes = Geometry::kRowBytes / 8 < 16 ? Geometry::kRowBytes / 8 : 16;

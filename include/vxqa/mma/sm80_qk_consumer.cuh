@@ -17,19 +17,20 @@
 #include <vxqa/mma/fragments_m16n8k16.cuh>
 #include <vxqa/numeric/act_type.cuh>
 #include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_type.cuh>
 
 namespace vxqa {
 namespace mma {
 
 // A K (or V) tile of 16 token rows as the SM80 consumers see it.
-template <int kHeadDim, int kElemBytes>
+template <int kHeadDim, KvType kKv>
 struct Sm80TileGeometry {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "Sm80TileGeometry: head dim must be 64, 128 or 256");
-  static_assert(kElemBytes == 1 || kElemBytes == 2,
-                "Sm80TileGeometry: KV elements are 1 byte (E5M2) or 2 bytes (fp16)");
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kFp16, "Sm80TileGeometry: KV elements are E5M2 or fp16");
   static constexpr int kHeadDimV = kHeadDim;
-  static constexpr int kElemBytesV = kElemBytes;
+  static constexpr KvType kKvV = kKv;  // picks the consumers' conversion
+  static constexpr int kElemBytes = KvTraits<kKv>::kElemBytes;
   static constexpr int kTokens = 16;
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
@@ -53,7 +54,7 @@ template <class Geometry>
 struct Sm80QkConsumer {
   using Layout = Sm80KTileLayout<Geometry>;
   static constexpr int kHeadDim = Geometry::kHeadDimV;
-  static constexpr bool kE5m2 = Geometry::kElemBytesV == 1;
+  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
   static constexpr int kSteps = kHeadDim / 16;                        // k-steps per tile
   static constexpr int kStepsPerChunk = Geometry::kDimsPerChunk / 4;  // 4 (E5M2) or 2 (fp16)
   static constexpr int kChunkReads = kSteps / kStepsPerChunk;  // chunks a lane reads of each of its rows

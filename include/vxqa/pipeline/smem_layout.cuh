@@ -9,18 +9,19 @@
 // reads one contiguous span of D/8 dims of one token per k-step.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/kv_type.cuh>
 
 namespace vxqa {
 namespace pipeline {
 
-template <int kHeadDim, int kElemBytes>
+template <int kHeadDim, KvType kKv>
 struct WarpTileGeometry {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "WarpTileGeometry: head dim must be 64, 128 or 256");
-  static_assert(kElemBytes == 1 || kElemBytes == 2,
-                "WarpTileGeometry: KV elements are 1 byte (E5M2) or 2 bytes (fp16)");
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kFp16, "WarpTileGeometry: KV elements are E5M2 or fp16");
   static constexpr int kHeadDimV = kHeadDim;
-  static constexpr int kElemBytesV = kElemBytes;
+  static constexpr KvType kKvV = kKv;  // picks the consumers' conversion
+  static constexpr int kElemBytes = KvTraits<kKv>::kElemBytes;
   static constexpr int kTokens = 32;
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;

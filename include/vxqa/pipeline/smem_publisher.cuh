@@ -8,6 +8,7 @@
 #pragma once
 #include <vxqa/common.cuh>
 #include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_type.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 
@@ -21,9 +22,9 @@ enum class ConvertAt { kConsume, kPublish };
 // (the same, or 1-byte E5M2 rows published as 2-byte fp16 ones).
 template <class Geometry, class LoadGeometry = Geometry>
 struct SmemPublisher {
-  static constexpr bool kConverts = LoadGeometry::kElemBytesV == 1 && Geometry::kElemBytesV == 2;
+  static constexpr bool kConverts = LoadGeometry::kKvV == KvType::kE5M2 && Geometry::kKvV == KvType::kFp16;
   static_assert(Geometry::kHeadDimV == LoadGeometry::kHeadDimV &&
-                    (kConverts || Geometry::kElemBytesV == LoadGeometry::kElemBytesV),
+                    (kConverts || Geometry::kKvV == LoadGeometry::kKvV),
                 "SmemPublisher: the tile and the loaded rows must hold the same head dim, and "
                 "may differ only by E5M2 -> fp16");
 

@@ -1,0 +1,34 @@
+// vxqa/numeric/kv_type.cuh — the KV cache's element type, and what follows from it.
+//
+// The element type, not its size, picks a tile's converter: the tile geometries and the
+// consumers are templated on it (two formats of one byte, E5M2 and E4M3, convert
+// differently), and only the paged addressing works in bytes.
+#pragma once
+#include <vxqa/common.cuh>
+
+namespace vxqa {
+
+// The cache's element format. kUnset is what a parameter struct holds until the caller says
+// which format its cache has: the bytes alone do not tell E5M2 from E4M3 (vLLM's "fp8"), so
+// the format is never assumed.
+enum class KvType { kUnset, kE5M2, kFp16 };
+
+// "e5m2", "fp16", or "unset".
+VXQA_HD const char* kv_type_name(KvType t) {
+  return t == KvType::kE5M2 ? "e5m2" : t == KvType::kFp16 ? "fp16" : "unset";
+}
+
+template <KvType kKv>
+struct KvTraits;
+template <>
+struct KvTraits<KvType::kE5M2> {
+  static constexpr int kElemBytes = 1;
+  static constexpr const char* kName = "e5m2";
+};
+template <>
+struct KvTraits<KvType::kFp16> {
+  static constexpr int kElemBytes = 2;
+  static constexpr const char* kName = "fp16";
+};
+
+}  // namespace vxqa
