@@ -1,6 +1,6 @@
-// What the E5M2 tests share (test/cpu/e5m2.cpp and test/gpu/e5m2.cu): the value of a code
-// from the OCP FP8 spec (independent of vxqa's converter), the fp32 inputs, names and the
-// all-inputs comparison.
+// What the FP8 tests share (test/cpu/e5m2.cpp, test/gpu/e5m2.cu, test/cpu/e4m3.cpp): the value
+// of an E5M2 code and of an fp16 from their specs (independent of vxqa's converters), float
+// bit moves, the fp32 inputs, names and the all-inputs comparison.
 #pragma once
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -16,6 +16,33 @@
 namespace vxqa_test {
 
 constexpr vxqa::Saturation kSaturationModes[] = {vxqa::Saturation::kFinite, vxqa::Saturation::kNone};
+
+inline uint32_t float_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+inline float bits_float(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// IEEE binary16: sign, 5 exponent bits (bias 15), 10 mantissa bits.
+inline double spec_half_value(uint16_t bits) {
+  const int exponent = (bits >> 10) & 31;
+  const int mantissa = bits & 0x3FF;
+  double magnitude;
+  if (exponent == 31) {
+    magnitude = mantissa == 0 ? INFINITY : NAN;
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(mantissa, -24);
+  } else {
+    magnitude = std::ldexp(1024 + mantissa, exponent - 15 - 10);
+  }
+  return (bits & 0x8000) ? -magnitude : magnitude;
+}
 
 // E5M2: sign, 5 exponent bits (bias 15), 2 mantissa bits; exponent 31 is inf (mantissa 0)
 // or NaN; exponent 0 is zero or subnormal (mantissa/4 * 2^-14).
@@ -87,14 +114,12 @@ inline std::vector<uint32_t> mixed_float_inputs(size_t count, uint32_t seed) {
         const int k = code(rng);
         const double value = (any_bits(rng) & 1) ? grid[k] : (grid[k] + grid[k + 1]) / 2;
         const int step = ulps(rng);
-        const float rounded = float(value);
-        std::memcpy(&bits, &rounded, sizeof(bits));
+        bits = float_bits(float(value));
         bits = (step < 0 && uint32_t(-step) > bits) ? bits + uint32_t(-step) : bits + step;
         break;
       }
       case 7: {  // around the overflow threshold
-        const float value = overflow_band(rng);
-        std::memcpy(&bits, &value, sizeof(bits));
+        bits = float_bits(overflow_band(rng));
         break;
       }
       default:  // E5M2 subnormals and underflow, fp32 subnormals included

@@ -19,20 +19,11 @@
 
 namespace {
 
+using vxqa_test::bits_float;
+using vxqa_test::float_bits;
 using vxqa_test::hex;
 using vxqa_test::require_all_equal;
-
-float bits_float(uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
-}
-
-uint32_t float_bits(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return bits;
-}
+using vxqa_test::spec_half_value;
 
 // --- The model, from the OCP FP8 spec ------------------------------------------------------
 
@@ -49,20 +40,6 @@ double spec_e4m3_value(uint8_t code) {
     magnitude = std::ldexp(8 + mantissa, exponent - 7 - 3);
   }
   return (code & 0x80) ? -magnitude : magnitude;
-}
-
-// IEEE binary16: sign, 5 exponent bits (bias 15), 10 mantissa bits.
-double spec_half_value(uint16_t bits) {
-  const int exponent = (bits >> 10) & 31, mantissa = bits & 0x3FF;
-  double magnitude;
-  if (exponent == 31) {
-    magnitude = mantissa == 0 ? INFINITY : NAN;
-  } else if (exponent == 0) {
-    magnitude = std::ldexp(mantissa, -24);
-  } else {
-    magnitude = std::ldexp(1024 + mantissa, exponent - 15 - 10);
-  }
-  return (bits & 0x8000) ? -magnitude : magnitude;
 }
 
 // The magnitudes of codes 0x00..0x7E in increasing order (the index is the code).

@@ -21,45 +21,21 @@ namespace {
 
 using vxqa::Saturation;
 
+using vxqa_test::bits_float;
+using vxqa_test::float_bits;
 using vxqa_test::hex;
 using vxqa_test::mode_name;
 using vxqa_test::mixed_float_inputs;
 using vxqa_test::require_all_equal;
+using vxqa_test::spec_half_value;
 using vxqa_test::spec_e5m2_value;
 using vxqa_test::spec_grid;
 constexpr const auto& kModes = vxqa_test::kSaturationModes;
 
 
-uint32_t float_bits(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return bits;
-}
-
-float bits_float(uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
-}
-
 uint16_t half_bits(__half h) { return static_cast<__half_raw>(h).x; }
 
 // --- The model, from the OCP FP8 spec ------------------------------------------------------
-
-// IEEE binary16: sign, 5 exponent bits (bias 15), 10 mantissa bits.
-double spec_half_value(uint16_t bits) {
-  const int exponent = (bits >> 10) & 31;
-  const int mantissa = bits & 0x3FF;
-  double magnitude;
-  if (exponent == 31) {
-    magnitude = mantissa == 0 ? INFINITY : NAN;
-  } else if (exponent == 0) {
-    magnitude = std::ldexp(mantissa, -24);
-  } else {
-    magnitude = std::ldexp(1024 + mantissa, exponent - 15 - 10);
-  }
-  return (bits & 0x8000) ? -magnitude : magnitude;
-}
 
 // Round to nearest, ties to the even code (the even mantissa), overflow per `mode`.
 // NaN -> 0x7F: OCP leaves the NaN encoding open; 0x7F is the one cuda_fp8.h returns.

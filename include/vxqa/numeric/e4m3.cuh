@@ -21,7 +21,7 @@
 //
 // Everything is __host__ __device__ and builds with nvcc, a plain host compiler and NVRTC.
 #pragma once
-#include <cuda_fp16.h>  // uint2, as everywhere a CUDA header is
+#include <cuda_fp16.h>
 #include <vxqa/common.cuh>
 
 namespace vxqa {
@@ -89,14 +89,9 @@ VXQA_HD uint16_t e4m3_to_half_bits_scaled(uint8_t code) {
 
 // The code's value, exactly (fp32 holds every E4M3 value); NaN for the two NaN codes.
 VXQA_HD float e4m3_to_float(uint8_t code) {
-  const uint16_t h = e4m3_to_half_bits_scaled(code);
-  if ((h & 0x7C00u) == 0x7C00u) return quiet_nan();
-  // The fp16 as a float (normal or subnormal), times 256.
-  const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
-  const float magnitude = exponent == 0 ? float(mantissa) * 0x1p-24f * kE4m3HalfScale
-                                        : bit_cast<float>(((exponent + 112u) << 23) | (mantissa << 13)) *
-                                              kE4m3HalfScale;
-  return (h & 0x8000u) ? -magnitude : magnitude;
+  __half_raw raw;  // as e5m2_to_half: __half is made from its plain raw struct
+  raw.x = e4m3_to_half_bits_scaled(code);
+  return __half2float(__half(raw)) * kE4m3HalfScale;  // exact: a power of two
 }
 
 // x rounded to nearest E4M3, ties to even, saturating at ±448; NaN -> 0x7F.
