@@ -39,14 +39,15 @@ inline std::vector<int32_t> lengths(const Shape& s, uint64_t seed = 7) {
 }
 
 // Random E5M2 pages in vLLM's layout, random page ids, the lengths above.
-inline vxqa::reference::RandomProblem make_problem(const Shape& s, int head_dim) {
+inline vxqa::reference::RandomProblem make_problem(const Shape& s, int head_dim,
+                                                   vxqa::reference::KvFormat format = vxqa::reference::KvFormat::kE5M2) {
   vxqa::reference::RandomProblemOptions po;
   po.batch = s.batch;
   po.kv_heads = s.kv_heads;
   po.group = s.group;
   po.head_dim = head_dim;
   po.page_size = s.page;
-  po.format = vxqa::reference::KvFormat::kE5M2;
+  po.format = format;
   po.seq_lens = lengths(s);
   po.layout = vxqa::reference::CacheLayout::kVllm;
   po.stride_align = 16;

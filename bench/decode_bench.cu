@@ -3,7 +3,7 @@
 // measured in the same run, prints a table and writes JSON.
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
-//                 --contexts | --breakdown | --variants | --queries | --profile [--shape N] [--q-len Q]]
+//                 --contexts | --breakdown | --variants | --queries | --formats | --profile [--shape N] [--q-len Q]]
 // --experiment [--shape N] times the default atom over chunk sizes (one wave of CTAs against
 // several; N: only the N-th sweep);
 // --plans times every shape with its default plan (choose_wave_chunk_tokens in the SM80
@@ -16,12 +16,14 @@
 // --contexts times batch 1 and 16 over context lengths 1K .. 128K (the context plot);
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's reset, with the combine, an empty kernel) to place the fixed costs;
+// --formats times an E4M3 cache (the hardware cvt, and the software decode an A100 or V100
+// runs) against E5M2 on the same shapes;
 // --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
 // against G 6 over the same KV;
 // --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
 // plan, for ncu; Q > 1: the --queries rows' multi-token Config (8 warps) with Q tokens a sequence.
 //
-// Bytes counted: every K and V byte of every sequence once (1 byte per element for E5M2),
+// Bytes counted: every K and V byte of every sequence once (1 byte per element for FP8),
 // plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
 // cover 4x the L2, so each step reads from DRAM.
 #include <cuda_fp16.h>
@@ -142,7 +144,10 @@ std::vector<Breakdown> breakdowns;
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
                  int chunk_tokens = 0, std::string name = "", bool breakdown = false, VariantValues variant = {}) {
-  const auto p = vxqa_bench::make_problem(shape, Config::kHeadDim);
+  static_assert(vxqa::kv_type_is_fp8(Config::kKv), "decode_bench: the shapes' bytes count one a KV element");
+  const auto p = vxqa_bench::make_problem(shape, Config::kHeadDim,
+                                          Config::kKv == vxqa::KvType::kE4M3 ? vxqa::reference::KvFormat::kE4M3
+                                                                              : vxqa::reference::KvFormat::kE5M2);
   long long tokens = 0;
   int max_len = 1;
   for (int len : p.seq_lens)
@@ -337,7 +342,7 @@ int main(int argc, char** argv) {
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
     else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown" ||
-             k == "--ramp" || k == "--variants" || k == "--queries")
+             k == "--ramp" || k == "--variants" || k == "--queries" || k == "--formats")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
     else if (k == "--q-len" && has_value) q_len_arg = std::atoi(argv[++i]);
@@ -458,6 +463,18 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<Window>(shapes[0], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
     results.push_back(run_shape<E5m2>(page16_4k, stream, sms, l2, copy, 0, "plain"));
     results.push_back(run_shape<Window>(shapes[1], stream, sms, l2, copy, 0, "window 4096", false, {4096, 0.f, false}));
+  } else if (mode == "formats") {  // E4M3 (hardware cvt, software decode) against E5M2, same run
+    using E4m3 = vxqa::DecodeConfig<256, vxqa::KvType::kE4M3>;
+    using E4m3Software = vxqa::DecodeConfig<256, vxqa::KvType::kE4M3, vxqa::opt::E4m3Path<vxqa::E4m3Decode::kSoftware>>;
+    for (int i : {0, 1, 3}) {
+      results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "E5M2"));
+      results.push_back(run_shape<E4m3>(shapes[i], stream, sms, l2, copy, 0, "E4M3"));
+      results.push_back(run_shape<E4m3Software>(shapes[i], stream, sms, l2, copy, 0, "E4M3, software decode"));
+    }
+    results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, 0, "E5M2"));
+    results.push_back(run_shape<vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>>(d128, stream, sms, l2, copy, 0, "E4M3"));
+    results.push_back(run_shape<vxqa::DecodeConfig<128, vxqa::KvType::kE4M3, vxqa::opt::E4m3Path<vxqa::E4m3Decode::kSoftware>>>(
+        d128, stream, sms, l2, copy, 0, "E4M3, software decode"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     for (int i : {0, 3}) {
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));

@@ -11,6 +11,7 @@
 #   host-cost.json host-cost.log         a decode() call's host time and the opt-in's share (step "hostcost")
 #   variants.json variants.log           the attention variants against plain attention (step "variants")
 #   queries.json queries.log             several query tokens a sequence, G 12 against G 6 (step "queries")
+#   formats.json formats.log             an E4M3 cache (hardware cvt, software decode) against E5M2 (step "formats")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
 #                                        plan against the rule it replaced ("plans"); ramp.json
@@ -182,6 +183,13 @@ step_queries() {  # several query tokens a sequence, and G 12 against G 6 (bench
   ./build-gpu/bench/vxqa_decode_bench --queries --json "$out/queries.json" --commit "$commit" >"$out/queries.log" 2>&1
   note "queries: rc $?, $((SECONDS - start)) s"
   cat "$out/queries.log"
+}
+
+step_formats() {  # E4M3 (hardware and software decode) against E5M2 (bench --formats)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --formats --json "$out/formats.json" --commit "$commit" >"$out/formats.log" 2>&1
+  note "formats: rc $?, $((SECONDS - start)) s"
+  cat "$out/formats.log"
 }
 
 step_plans() {  # each shape's default plan against the rule it replaced

@@ -11,7 +11,7 @@ innermost frame, `-g`), innermost frame first:
 
   load       register_staged_load / global_load / cp_async(_tile_load) — K and V alike
              (one piece of code serves both; they are half each)
-  convert    numeric/e5m2.cuh (E5M2 -> fp16)
+  convert    numeric/e5m2.cuh, e4m3.cuh, kv_decode.cuh, arch/cvt_e4m3.cuh (FP8 -> fp16)
   publish    pipeline/smem_publisher.cuh (register stages -> shared memory)
   qk / pv    the QK and PV consumers and their MMA atoms
   softmax    online_softmax / register_softmax / movmatrix, the attention variant's score
@@ -49,7 +49,7 @@ import sass_audit  # noqa: E402  (the loop finder and the opcode matcher)
 
 PHASES = ["load", "convert", "publish", "qk", "softmax", "pv", "pages", "sync", "other"]
 FILE_PHASES = [
-    (r"numeric/e5m2\.cuh$", "convert"),
+    (r"numeric/(e5m2|e4m3|kv_decode)\.cuh$|arch/cvt_e4m3\.cuh$", "convert"),
     (r"pipeline/(register_staged_load|cp_async_tile_load)\.cuh$|arch/(global_load|cp_async)\.cuh$", "load"),
     (r"pipeline/smem_publisher\.cuh$", "publish"),
     (r"mma/(sm80_)?qk_consumer\.cuh$", "qk"),
@@ -156,8 +156,8 @@ def config_of(demangled):
     m = re.search(r"DecodeConfig<(\d+), \(vxqa::KvType\)(\d)", demangled)
     if not m:
         return None
-    # KvType's order in kernel/config.cuh: 0 kUnset (never a Config), 1 kE5M2, 2 kFp16.
-    element_bytes = {"1": 1, "2": 2}
+    # KvType's order in numeric/kv_type.cuh: 0 kUnset (never a Config), 1 kE5M2, 2 kFp16, 3 kE4M3.
+    element_bytes = {"1": 1, "2": 2, "3": 1}
     if m.group(2) not in element_bytes:
         sys.exit("sass_phases: KvType %s in %s is not a cache format this script knows" % (m.group(2), demangled))
     return int(m.group(1)), element_bytes[m.group(2)]

@@ -64,6 +64,31 @@ TEST_CASE("validate_append_kv accepts valid layouts", "[append_kv_validate]") {
   p.cache_type = vxqa::KvType::kFp16;
   p.page_stride = 16 * 64;  // elements: the byte checks scale by 2
   REQUIRE(vxqa::validate_append_kv(p).ok());
+  p = good_params();  // the same layout holds E4M3 codes
+  p.cache_type = vxqa::KvType::kE4M3;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+}
+
+TEST_CASE("validate_append_kv takes the element size from the cache type", "[append_kv_validate]") {
+  // 8 elements: 16 bytes of fp16, but 8 bytes of a one-byte code, E4M3 as E5M2.
+  vxqa::AppendKvParams p = good_params();
+  p.page_stride = 16 * 64 + 8;
+  p.cache_type = vxqa::KvType::kFp16;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+  for (vxqa::KvType byte_type : {vxqa::KvType::kE5M2, vxqa::KvType::kE4M3}) {
+    p.cache_type = byte_type;
+    INFO(vxqa::kv_type_name(byte_type));
+    REQUIRE(vxqa::validate_append_kv(p).field() == "page_stride");
+  }
+}
+
+TEST_CASE("validate_append_kv: an unset cache type names every type it takes", "[append_kv_validate]") {
+  vxqa::AppendKvParams p = good_params();
+  p.cache_type = vxqa::KvType::kUnset;
+  const vxqa::Status s = vxqa::validate_append_kv(p);
+  INFO(s.message());
+  REQUIRE(s.field() == "cache_type");
+  for (const char* name : {"kE5M2", "kE4M3", "kFp16"}) REQUIRE(s.message().find(name) != std::string::npos);
 }
 
 TEST_CASE("validate_append_kv ignores the strides of size-1 dimensions", "[append_kv_validate]") {

@@ -1,13 +1,16 @@
 // append_kv: this step's K and V into the paged cache. Against the CPU encoder, bit for bit
-// (E5M2 and fp16 caches, fp16 and bf16 inputs, scales as values and as device pointers,
-// values that saturate, round to zero, inf and NaN), every byte it must not write left as it
-// was (negative slots, bad slots, padding); every negative slot skipped silently, slots past
-// the pool flagged (kAppendErrorBadSlot); device scales that are 0, negative, NaN or inf
-// flagged (kErrorBadKScale / kErrorBadVScale) with their rows written as NaN codes; and end
-// to end: a random problem's cache written by append_kv, then decoded, equals the float64
-// reference over that cache.
+// (E5M2, E4M3 and fp16 caches, fp16 and bf16 inputs, scales as values and as device
+// pointers, values that saturate, round to zero or are subnormal, inf and NaN, and for E4M3
+// exact ties), every byte it must not write left as it was (negative slots, bad slots,
+// padding); every negative slot skipped silently, slots past the pool flagged
+// (kAppendErrorBadSlot); device scales that are 0, negative, NaN or inf flagged
+// (kErrorBadKScale / kErrorBadVScale) with their rows written as NaN codes; and end to end:
+// a random problem's cache written by append_kv, then decoded, equals the float64 reference
+// over that cache.
 #include "gpu/decode_harness.cuh"
 #include "gpu/host_tile.h"
+
+#include <vxqa/numeric/e4m3.cuh>
 
 #include <cuda_bf16.h>
 #include <algorithm>
@@ -81,12 +84,34 @@ struct Case {
 // What append_kv takes as a scale (vxqa::scale_is_valid, written out here).
 bool good_scale(float s) { return s > 0.f && std::isfinite(s); }
 
+// draw_value for an E4M3 cache, drawn as the x / scale to encode and returned times `scale`
+// (so that a tie stays one under a power-of-two scale): past ±448, subnormal (below 2^-6)
+// or under half the smallest (2^-10), exact midpoints of neighbouring finite codes (ties to
+// even), and a few inf / NaN / -0.
+double draw_e4m3_value(Rng& rng, float scale) {
+  const uint64_t kind = rng.below(40);
+  if (kind == 0) return INFINITY;
+  if (kind == 1) return -INFINITY;
+  if (kind == 2) return NAN;
+  if (kind == 3) return -0.0;
+  const double s = good_scale(scale) ? scale : 1.0;  // a bad device scale: rows are NaN anyway
+  if (kind < 7) return s * rng.uniform(-2000, 2000);
+  if (kind < 10) return s * rng.uniform(-0.02, 0.02);
+  if (kind < 16) {
+    const uint8_t code = uint8_t(rng.below(0x7E));  // and code + 1: up to 448 (0x7E)
+    const double tie = (double(vxqa::e4m3_to_float(code)) + vxqa::e4m3_to_float(uint8_t(code + 1))) / 2;
+    return s * (rng.below(2) ? -tie : tie);
+  }
+  return s * rng.uniform(-8, 8);
+}
+
 // An E5M2 NaN code (either sign, any mantissa): what x / NaN encodes to.
 bool is_e5m2_nan(unsigned char b) { return (b & 0x7Cu) == 0x7Cu && (b & 0x03u) != 0; }
 
 void check_against_cpu_encoder(const Case& c, uint64_t seed) {
-  const int eb = c.cache == vxqa::KvType::kE5M2 ? 1 : 2;
-  INFO("cache " << (eb == 1 ? "e5m2" : "fp16") << " input " << (c.input == vxqa::ActType::kFp16 ? "fp16" : "bf16")
+  const int eb = vxqa::kv_type_is_fp8(c.cache) ? 1 : 2;
+  const bool e4m3 = c.cache == vxqa::KvType::kE4M3;
+  INFO("cache " << vxqa::kv_type_name(c.cache) << " input " << (c.input == vxqa::ActType::kFp16 ? "fp16" : "bf16")
                 << " scales " << c.k_scale << "/" << c.v_scale << (c.scale_pointers ? " (device)" : "")
                 << " seed " << seed);
   Rng rng(seed);
@@ -104,8 +129,8 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   // Inputs with padded strides: [token][head] rows of D, 8 elements of gap.
   const int64_t in_head_stride = pool.head_dim + 8, in_token_stride = pool.kv_heads * in_head_stride + 8;
   std::vector<uint16_t> key(tokens * in_token_stride), value(key.size());
-  for (auto& x : key) x = act_bits(draw_value(rng), c.input);
-  for (auto& x : value) x = act_bits(draw_value(rng), c.input);
+  for (auto& x : key) x = act_bits(e4m3 ? draw_e4m3_value(rng, c.k_scale) : draw_value(rng), c.input);
+  for (auto& x : value) x = act_bits(e4m3 ? draw_e4m3_value(rng, c.v_scale) : draw_value(rng), c.input);
 
   DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
   DeviceBuffer<int64_t> dslots(slots.size());
@@ -161,10 +186,15 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   // Expected bytes: poison everywhere, the encoded rows at the tokens' slots.
   // An fp16 NaN may come back with any payload (the GPU's is 0x7FFF): such elements are
   // compared as "a NaN" (nan_at marks their first byte). Under a bad scale every element of
-  // the rows it scales must be a NaN code, of any sign and payload (nan_at, E5M2 too).
+  // the rows it scales must be a NaN code, of any sign and payload (nan_at, E5M2 too); E4M3
+  // has one NaN code that its encoder gives, 0x7F, required exactly (bad scales too).
   std::vector<unsigned char> k_want(k_out.size(), kCachePoison), v_want(v_out.size(), kCachePoison);
   std::vector<char> k_nan(k_out.size(), 0), v_nan(v_out.size(), 0);
   auto encode = [&](uint16_t bits, float scale, unsigned char* dst, char* nan_at) {
+    if (e4m3) {
+      dst[0] = vxqa::float_to_e4m3(good_scale(scale) ? act_to_float(bits, c.input) / scale : NAN);
+      return;
+    }
     if (!good_scale(scale)) {
       nan_at[0] = 1;
       return;
@@ -218,6 +248,9 @@ TEST_CASE("append_kv writes what the CPU encoder gives, bit for bit, and nothing
       {KvType::kE5M2, ActType::kBf16, 1.f, 1.f, false},   {KvType::kE5M2, ActType::kBf16, 3.f, 0.125f, true},
       {KvType::kE5M2, ActType::kFp16, 0.75f, 1.5f, true}, {KvType::kFp16, ActType::kFp16, 1.f, 1.f, false},
       {KvType::kFp16, ActType::kBf16, 1.f, 1.f, false},   {KvType::kFp16, ActType::kFp16, 0.5f, 4.f, true},
+      {KvType::kE4M3, ActType::kFp16, 1.f, 1.f, false},   {KvType::kE4M3, ActType::kFp16, 0.37f, 2.5f, false},
+      {KvType::kE4M3, ActType::kBf16, 1.f, 1.f, false},   {KvType::kE4M3, ActType::kBf16, 2.f, 0.125f, true},
+      {KvType::kE4M3, ActType::kFp16, 0.75f, 0.5f, true},
   };
   uint64_t seed = 900;
   for (const Case& c : cases) check_against_cpu_encoder(c, seed++);
@@ -238,6 +271,8 @@ TEST_CASE("append_kv: a bad device scale writes NaN codes and sets its bit, the 
       {KvType::kE5M2, ActType::kBf16, -1.f, nan, true},   {KvType::kFp16, ActType::kFp16, inf, 0.5f, true},
       {KvType::kFp16, ActType::kBf16, 2.f, nan, true},    {KvType::kFp16, ActType::kFp16, -1.f, 0.f, true},
       {KvType::kFp16, ActType::kFp16, 0.f, inf, true},    {KvType::kFp16, ActType::kBf16, nan, 1.f, true},
+      {KvType::kE4M3, ActType::kFp16, 0.f, 0.5f, true},   {KvType::kE4M3, ActType::kBf16, nan, inf, true},
+      {KvType::kE4M3, ActType::kFp16, 2.f, -1.f, true},
   };
   uint64_t seed = 960;
   for (const Case& c : cases) check_against_cpu_encoder(c, seed++);

@@ -5,6 +5,10 @@ using namespace vxqa_test;
 using E5m2Runtime = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2>;
 using E5m2Page800 = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::PageSize<800>>;
 using Fp16Runtime = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>;
+// E4M3: the hardware cvt where the device has it (sm_89+), and the bit-move an A100 or V100 runs.
+using E4m3Runtime = vxqa::DecodeConfig<256, vxqa::KvType::kE4M3>;
+using E4m3Software = vxqa::DecodeConfig<256, vxqa::KvType::kE4M3, vxqa::opt::E4m3Path<vxqa::E4m3Decode::kSoftware>>;
+using E4m3Page16 = vxqa::DecodeConfig<256, vxqa::KvType::kE4M3, vxqa::opt::PageSize<16>>;
 using E5m2ConvertAtPublish =
     vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::Convert<vxqa::ConvertAt::kPublish>>;
 
@@ -18,6 +22,12 @@ TEST_CASE("D256 E5M2, page size fixed at compile time (800)", "[decode_d256]") {
 
 TEST_CASE("D256 E5M2 converted to fp16 when published", "[decode_d256]") {
   sweep_groups_and_pages<E5m2ConvertAtPublish>({1, 6, 16}, {16, 800}, 2500);
+}
+
+TEST_CASE("D256 E4M3: groups x page sizes, split and combine, native and software decode", "[decode_d256]") {
+  sweep_groups_and_pages<E4m3Runtime>({1, 6, 8, 12}, {16, 64, 800}, 2600);
+  sweep_groups_and_pages<E4m3Software>({1, 6, 16}, {16, 784}, 2700);
+  sweep_groups_and_pages<E4m3Page16>({6}, {16}, 2800);
 }
 
 TEST_CASE("D256 fp16 cache", "[decode_d256]") {

@@ -15,6 +15,12 @@ TEST_CASE("D64 E5M2: groups x page sizes x edge lengths", "[decode_d64]") {
   sweep_groups_and_pages<E5m2Runtime>({1, 2, 4, 6, 8, 12, 16}, {16, 64, 784, 800}, 8000);
 }
 
+TEST_CASE("D64 E4M3: native and software decode", "[decode_d64]") {
+  sweep_groups_and_pages<vxqa::DecodeConfig<64, vxqa::KvType::kE4M3>>({1, 4, 8}, {16, 784}, 8600);
+  sweep_groups_and_pages<vxqa::DecodeConfig<64, vxqa::KvType::kE4M3, vxqa::opt::E4m3Path<vxqa::E4m3Decode::kSoftware>>>(
+      {1, 6, 16}, {16, 800}, 8700);
+}
+
 TEST_CASE("D64 fp16 cache", "[decode_d64]") {
   sweep_groups_and_pages<Fp16Runtime>({1, 6, 16}, {1, 16, 800}, 9000);
 }

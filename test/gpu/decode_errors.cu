@@ -242,8 +242,9 @@ void cache_type_refused(uint64_t seed) {
   workspace.poison(0x5A);
   vxqa::DecodeParams params = make_params(p, d, out.get(), lse.get());
   REQUIRE(params.cache_type == Config::kKv);  // problem_params states it
-  const vxqa::KvType other = Config::kKv == vxqa::KvType::kE5M2 ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
-  for (const vxqa::KvType wrong : {vxqa::KvType::kUnset, other}) {
+  // Every other format, E4M3 for E5M2 codes and back among them: one byte never says which.
+  for (const vxqa::KvType wrong : {vxqa::KvType::kUnset, vxqa::KvType::kE5M2, vxqa::KvType::kE4M3, vxqa::KvType::kFp16}) {
+    if (wrong == Config::kKv) continue;
     params.cache_type = wrong;
     INFO("cache_type " << vxqa::kv_type_name(wrong));
     REQUIRE(vxqa::validate<Config>(params, plan, workspace.get(), plan.workspace_bytes).field() == "cache_type");
@@ -275,4 +276,5 @@ TEST_CASE("batch 0: decode returns ok and enqueues nothing", "[decode_errors]") 
 TEST_CASE("decode refuses an unset or mismatching cache_type, naming it, before any launch", "[decode_errors]") {
   cache_type_refused<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>>(8020);
   cache_type_refused<vxqa::DecodeConfig<64, vxqa::KvType::kFp16>>(8021);
+  cache_type_refused<vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>>(8022);
 }

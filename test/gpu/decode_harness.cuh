@@ -151,7 +151,9 @@ template <class Config>
 RandomProblemOptions aligned_options() {
   RandomProblemOptions o;
   o.head_dim = Config::kHeadDim;
-  o.format = Config::kElemBytes == 1 ? vxqa::reference::KvFormat::kE5M2 : vxqa::reference::KvFormat::kFp16;
+  o.format = Config::kKv == vxqa::KvType::kE5M2   ? vxqa::reference::KvFormat::kE5M2
+             : Config::kKv == vxqa::KvType::kE4M3 ? vxqa::reference::KvFormat::kE4M3
+                                                  : vxqa::reference::KvFormat::kFp16;
   o.stride_align = 16 / Config::kElemBytes;
   return o;
 }

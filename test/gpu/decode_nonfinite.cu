@@ -19,13 +19,21 @@ namespace {
 
 using E5m2D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
 using Fp16D256 = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>;
+using E4m3D128 = vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>;
+using E4m3SoftwareD128 = vxqa::DecodeConfig<128, vxqa::KvType::kE4M3, vxqa::opt::E4m3Path<vxqa::E4m3Decode::kSoftware>>;
 
 constexpr uint16_t kHalfNan = 0x7E00, kHalfInf = 0x7C00, kHalfOne = 0x3C00;
 
 // Finite poison (fp16 61280, fp32 ~1.3e36): a NaN read back was written by the kernels.
 constexpr unsigned char kFinitePoison = 0x7B;
 
-uint32_t code_nan(const RandomProblem& p) { return p.format == vxqa::reference::KvFormat::kE5M2 ? 0xFFu : 0x7E00u; }
+uint32_t code_nan(const RandomProblem& p) {
+  switch (p.format) {
+    case vxqa::reference::KvFormat::kE5M2: return 0xFFu;
+    case vxqa::reference::KvFormat::kE4M3: return 0x7Fu;  // the bit-move alone would make it 480
+    default: return 0x7E00u;
+  }
+}
 uint32_t code_minus_inf(const RandomProblem& p) {
   return p.format == vxqa::reference::KvFormat::kE5M2 ? 0xFCu : 0xFC00u;
 }
@@ -322,6 +330,8 @@ TEST_CASE("the combine ORs the chunks' error words into the step's, both slice w
 TEST_CASE("NaN and inf in q, K and V: NaN where the reference is NaN, under every plan", "[decode_nonfinite]") {
   nan_in_q_k_v<E5m2D128>(7000);
   nan_in_q_k_v<Fp16D256>(7100);
+  nan_in_q_k_v<E4m3D128>(7150);
+  nan_in_q_k_v<E4m3SoftwareD128>(7160);
 }
 
 TEST_CASE("-inf scores: a masked chunk weighs nothing, an all -inf row is NaN", "[decode_nonfinite]") {

@@ -12,12 +12,15 @@ namespace {
 using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::opt::PageSize<16>>,
                               vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>,
                               vxqa::DecodeConfig<128, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>,
+                              vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>,
                               vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::opt::QoType<vxqa::ActType::kBf16>>>;
 
 vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_context) {
   vxqa::DecoderShape s;
   s.head_dim = p.head_dim;
-  s.cache_type = p.format == vxqa::reference::KvFormat::kE5M2 ? vxqa::KvType::kE5M2 : vxqa::KvType::kFp16;
+  s.cache_type = p.format == vxqa::reference::KvFormat::kE5M2   ? vxqa::KvType::kE5M2
+                 : p.format == vxqa::reference::KvFormat::kE4M3 ? vxqa::KvType::kE4M3
+                                                                : vxqa::KvType::kFp16;
   s.page_size = p.page_size;
   s.num_kv_heads = p.kv_heads;
   s.group_size = p.group;
@@ -67,13 +70,14 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
   const Want cases[] = {{64, 16, vxqa::reference::KvFormat::kE5M2, false, "D64 e5m2 fp16 W4 page16"},
                         {64, 7, vxqa::reference::KvFormat::kE5M2, false, "D64 e5m2 fp16 W4 page*"},
                         {128, 32, vxqa::reference::KvFormat::kFp16, false, "D128 fp16 fp16 W2 page*"},
+                        {128, 16, vxqa::reference::KvFormat::kE4M3, false, "D128 e4m3 fp16 W4 page*"},
                         {64, 16, vxqa::reference::KvFormat::kE5M2, true, "D64 e5m2 bf16 W4 page*"}};
   uint64_t seed = 1200;
   for (const Want& w : cases) {
     vxqa::reference::RandomProblemOptions o;
     o.head_dim = w.head_dim;
     o.format = w.format;
-    o.stride_align = w.format == vxqa::reference::KvFormat::kE5M2 ? 16 : 8;
+    o.stride_align = w.format == vxqa::reference::KvFormat::kFp16 ? 8 : 16;
     o.page_size = w.page;
     o.batch = 3;
     o.kv_heads = 2;

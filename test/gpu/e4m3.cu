@@ -3,8 +3,11 @@
 // form, equals the host's, which test/cpu/e4m3.cpp proves against the OCP spec; its values
 // equal cuda_fp8.h's device decode (NaN codes: NaN both); and the device encode of every
 // fp16 and of mixed fp32 inputs equals cuda_fp8.h's __NV_SATFINITE E4M3 conversion and the
-// host encode, bit for bit.
+// host encode, bit for bit. KvDecode, what the decode CTAs call, gives each code's value
+// (times its factor()) on the path the device compiles (the hardware cvt on sm_89+) and
+// under E4m3Decode::kSoftware.
 #include <vxqa/numeric/e4m3.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 
 #include "gpu_check.cuh"
 
@@ -27,6 +30,22 @@ __global__ void decode_pairs(uint32_t* pair_bits, uint32_t* quad_lo, uint32_t* q
   quad_lo[p] = quad.x;
   quad_hi[p] = quad.y;
   if (p < 256) cuda_half[p] = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(p), __NV_E4M3).x;
+}
+
+// Word w = p | (p ^ 0x3C5A) << 16 through KvDecode's two paths, each as value / factor() bits,
+// and the factors.
+__global__ void kv_decode_words(uint2* native, uint2* software, float* factors) {
+  using Native = vxqa::KvDecode<vxqa::KvType::kE4M3>;
+  using Software = vxqa::KvDecode<vxqa::KvType::kE4M3, vxqa::E4m3Decode::kSoftware>;
+  const uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;  // 0 .. 65535
+  const uint32_t word = p | ((p ^ 0x3C5Au) << 16);
+  native[p] = Native::four(word);
+  software[p] = Software::four(word);
+  if (p == 0) {
+    factors[0] = Native::factor();
+    factors[1] = Software::factor();
+    factors[2] = vxqa::KvDecode<vxqa::KvType::kE5M2>::factor();
+  }
 }
 
 __global__ void encode_floats(const uint32_t* in, size_t n, uint8_t* vxqa_code, uint8_t* cuda_code) {
@@ -72,6 +91,43 @@ TEST_CASE("e4m3 gpu: the device decode of every pair equals the host's and cuda_
       REQUIRE(theirs != theirs);
     } else {
       REQUIRE(ours == theirs);
+    }
+  }
+}
+
+TEST_CASE("e4m3 gpu: KvDecode's native and software paths give every code's value", "[e4m3]") {
+  DeviceBuffer<uint2> native(65536), software(65536);
+  DeviceBuffer<float> factors(3);
+  for (auto* b : {&native, &software}) b->poison();
+  factors.poison();
+  kv_decode_words<<<256, 256>>>(native.get(), software.get(), factors.get());
+  VXQA_CUDA_CHECK_LAUNCH();
+  const auto nat = native.download(), soft = software.download();
+  const auto f = factors.download();
+  int device = 0;
+  cudaDeviceProp prop{};
+  VXQA_CUDA_CHECK(cudaGetDevice(&device));
+  VXQA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const bool hardware = prop.major * 10 + prop.minor >= 89;  // the test binary is built for the device
+  INFO("device sm_" << prop.major << prop.minor);
+  REQUIRE(f[0] == (hardware ? 1.f : vxqa::kE4m3HalfScale));
+  REQUIRE(f[1] == vxqa::kE4m3HalfScale);
+  REQUIRE(f[2] == 1.f);
+  for (uint32_t p = 0; p < 65536; ++p) {
+    const uint32_t word = p | ((p ^ 0x3C5Au) << 16);
+    const uint32_t n[4] = {nat[p].x & 0xFFFFu, nat[p].x >> 16, nat[p].y & 0xFFFFu, nat[p].y >> 16};
+    const uint32_t s[4] = {soft[p].x & 0xFFFFu, soft[p].x >> 16, soft[p].y & 0xFFFFu, soft[p].y >> 16};
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t code = uint8_t(word >> (8 * i));
+      const float want = vxqa::e4m3_to_float(code);
+      const float got_native = half_value(uint16_t(n[i])) * f[0], got_software = half_value(uint16_t(s[i])) * f[1];
+      const bool ok = want != want ? got_native != got_native && got_software != got_software
+                                   : got_native == want && got_software == want;
+      if (!ok) {
+        INFO("word " << word << " byte " << i << " code " << int(code) << ": native " << got_native << " software "
+                     << got_software << ", want " << want);
+        REQUIRE(ok);
+      }
     }
   }
 }

@@ -9,10 +9,10 @@
 // (when given) and the token is skipped. The cache is logical [num_pages, page_size, Hkv, D]
 // with any strides (elements), K and V sharing them, exactly as DecodeParams describes it.
 // Stored = x / scale, rounded to nearest even in the cache's type: E5M2 saturates to
-// ±57344 (cuda_fp8.h's __NV_SATFINITE, bit for bit), fp16 as __float2half_rn. With scale 1
-// an fp16 input into an fp16 cache keeps every value (a NaN comes back as the GPU's
-// canonical NaN, 0x7FFF). Input strides are >= 0; cache strides may be negative, as in
-// DecodeParams. Never synchronises; graph-capturable.
+// ±57344, E4M3 to ±448 with every NaN -> 0x7F (both cuda_fp8.h's __NV_SATFINITE, bit for
+// bit), fp16 as __float2half_rn. With scale 1 an fp16 input into an fp16 cache keeps every
+// value (a NaN comes back as the GPU's canonical NaN, 0x7FFF). Input strides are >= 0;
+// cache strides may be negative, as in DecodeParams. Never synchronises; graph-capturable.
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -20,6 +20,22 @@
 #include <vxqa/kernel/append_kv_kernel.cuh>
 
 namespace vxqa {
+
+namespace detail {
+
+// The writer for one input type and a cache type that validate_append_kv accepted.
+template <ActType kAct>
+const void* append_kv_kernel_for(KvType cache) {
+  switch (cache) {
+    case KvType::kE5M2: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kE5M2>);
+    case KvType::kE4M3: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kE4M3>);
+    case KvType::kFp16: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kFp16>);
+    case KvType::kUnset: break;  // refused by validate_append_kv
+  }
+  return nullptr;
+}
+
+}  // namespace detail
 
 inline Status append_kv(const AppendKvParams& p, cudaStream_t stream) {
   const Status status = validate_append_kv(p);
@@ -32,15 +48,8 @@ inline Status append_kv(const AppendKvParams& p, cudaStream_t stream) {
   const int64_t pieces = int64_t(p.num_tokens) * p.num_kv_heads * (p.head_dim / 8);
   const int blocks = int(std::min<int64_t>((pieces + kAppendThreads - 1) / kAppendThreads, 4 * 65535));
   void* args[] = {const_cast<AppendKvArgs*>(&a)};
-  const void* kernel = nullptr;
-  const bool bf16 = p.input_type == ActType::kBf16, e5m2 = p.cache_type == KvType::kE5M2;
-  if (bf16) {
-    kernel = e5m2 ? reinterpret_cast<const void*>(&append_kv_kernel<ActType::kBf16, 1>)
-                  : reinterpret_cast<const void*>(&append_kv_kernel<ActType::kBf16, 2>);
-  } else {
-    kernel = e5m2 ? reinterpret_cast<const void*>(&append_kv_kernel<ActType::kFp16, 1>)
-                  : reinterpret_cast<const void*>(&append_kv_kernel<ActType::kFp16, 2>);
-  }
+  const void* kernel = p.input_type == ActType::kBf16 ? detail::append_kv_kernel_for<ActType::kBf16>(p.cache_type)
+                                                      : detail::append_kv_kernel_for<ActType::kFp16>(p.cache_type);
   const cudaError_t err = cudaLaunchKernel(kernel, dim3(blocks), dim3(kAppendThreads), args, 0, stream);
   if (err != cudaSuccess) return Status::cuda("append_kv_kernel launch", cudaGetErrorString(err));
   return Status();

@@ -10,6 +10,7 @@
 #include <vxqa/api/validate.cuh>
 #include <vxqa/kernel/append_kv_args.cuh>
 #include <vxqa/kernel/config.cuh>
+#include <vxqa/numeric/kv_type.cuh>
 
 namespace vxqa {
 
@@ -67,7 +68,7 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (!p.slot_mapping) return Status::invalid("slot_mapping", "is null");
   if (!aligned(p.slot_mapping, 8)) return Status::invalid("slot_mapping", "must be 8-byte aligned");
 
-  const int eb = p.cache_type == KvType::kE5M2 ? 1 : 2;
+  const int eb = kv_type_is_fp8(p.cache_type) ? 1 : 2;  // E5M2 and E4M3 codes are one byte
   if (!p.k_cache) return Status::invalid("k_cache", "is null");
   if (!p.v_cache) return Status::invalid("v_cache", "is null");
   if (!aligned(p.k_cache, 16)) return Status::invalid("k_cache", "must be 16-byte aligned");

@@ -1,13 +1,14 @@
 // vxqa/kernel/config.cuh — the one knob a user turns: a DecodeConfig names the head dim and
 // the cache's element type, then any of the options of vxqa::opt it changes (warps, page
 // size, q/out type, MMA atom, SM70 stages, convert point, page-id check, async stages,
-// attention variant, max query length).
+// attention variant, max query length, E4M3 decode path).
 // Everything else is derived here, and every combination that cannot work fails here with
 // a message.
 #pragma once
 #include <vxqa/common.cuh>
 #include <vxqa/kernel/attention_variant.cuh>
 #include <vxqa/numeric/act_type.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/numeric/kv_type.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
@@ -63,6 +64,7 @@ struct PageIdsTag {};
 struct AsyncStagesTag {};
 struct VariantTag {};
 struct MaxQueryLenTag {};
+struct E4m3PathTag {};
 }  // namespace detail
 
 // Warps a CTA (1..8; default 4).
@@ -96,7 +98,7 @@ struct Sm70Stages {
   using Tag = detail::Sm70StagesTag;
   static constexpr int kValue = N;
 };
-// Where the SM70 body turns E5M2 into fp16 (default ConvertAt::kConsume).
+// Where the SM70 body turns FP8 codes into fp16 (default ConvertAt::kConsume).
 template <ConvertAt C>
 struct Convert {
   using Tag = detail::ConvertTag;
@@ -133,6 +135,14 @@ template <int N>
 struct MaxQueryLen {
   using Tag = detail::MaxQueryLenTag;
   static constexpr int kValue = N;
+};
+
+// How an E4M3 cache is decoded (default E4m3Decode::kAuto: the hardware cvt where compiled
+// for sm_89+; E4m3Decode::kSoftware: the bit-move of SM70, SM75 and sm_80/86 everywhere).
+template <E4m3Decode D>
+struct E4m3Path {
+  using Tag = detail::E4m3PathTag;
+  static constexpr E4m3Decode kValue = D;
 };
 
 namespace detail {
@@ -181,7 +191,7 @@ struct DecodeConfig {
   static_assert((opt::detail::kIsOption<Options> && ...),
                 "DecodeConfig: every argument after the head dim and the cache type must be an option "
                 "of vxqa::opt (Warps, PageSize, QoType, Atom, Sm70Stages, Convert, PageIds, AsyncStages, "
-                "Variant, MaxQueryLen)");
+                "Variant, MaxQueryLen, E4m3Path)");
   static_assert(((opt::detail::kCount<typename opt::detail::TagOf<Options>::type, Options...> == 1) && ...),
                 "DecodeConfig: an option is given twice");
 
@@ -198,11 +208,14 @@ struct DecodeConfig {
   static constexpr ActType Qo = option<opt::detail::QoTypeTag, opt::QoType<ActType::kFp16>>;
   static constexpr unsigned kVariantFlags = option<opt::detail::VariantTag, opt::Variant<0u>>;
   static constexpr int MaxQueryLen = option<opt::detail::MaxQueryLenTag, opt::MaxQueryLen<1>>;
+  static constexpr E4m3Decode E4m3 = option<opt::detail::E4m3PathTag, opt::E4m3Path<E4m3Decode::kAuto>>;
 
  public:
-  static_assert(Kv != KvType::kUnset, "DecodeConfig: KvType::kUnset is not a cache format (kE5M2 or kFp16)");
+  static_assert(Kv != KvType::kUnset, "DecodeConfig: KvType::kUnset is not a cache format (kE5M2, kE4M3 or kFp16)");
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
+  // The cache's codes to fp16, and the factor the kernels' scales make up (numeric/kv_decode.cuh).
+  using KvDecoder = KvDecode<Kv, E4m3>;
   static constexpr int kElemBytes = KvTraits<Kv>::kElemBytes;
   static constexpr int kWarps = Warps;
   static constexpr int kThreads = 32 * Warps;
@@ -223,11 +236,11 @@ struct DecodeConfig {
 
   static constexpr ConvertAt kConvertAt = Convert;
   static constexpr bool kChecksPageIds = Check == PageIdCheck::kOn;
-  static_assert(Convert == ConvertAt::kConsume || Kv == KvType::kE5M2,
-                "DecodeConfig: opt::Convert<ConvertAt::kPublish> only applies to E5M2 caches");
+  static_assert(Convert == ConvertAt::kConsume || kv_type_is_fp8(Kv),
+                "DecodeConfig: opt::Convert<ConvertAt::kPublish> only applies to FP8 caches (E5M2, E4M3)");
   // Rows as loaded from the cache, and as the consumers read them in shared memory.
-  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, Kv>;
-  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? KvType::kFp16 : Kv>;
+  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, Kv, E4m3>;
+  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? KvType::kFp16 : Kv, E4m3>;
   using LoadPolicy = pipeline::Sm70RegisterStaged<Stages>;
 
   // One M tile of 8 rows (query heads; with kMultiToken, (token, head) pairs) a warp: a KV
@@ -280,7 +293,7 @@ struct DecodeConfig {
   // within kSm80CtaSmemTarget, or opt::AsyncStages. Sm70Stages and Convert are SM70 knobs.
   static constexpr MmaAtom kAtom = Atom;
   static constexpr bool kHasSm80Path = Atom == MmaAtom::kAuto;
-  using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, Kv>;
+  using Sm80Geometry = mma::Sm80TileGeometry<HeadDim, Kv, E4m3>;
   static constexpr int kSm80StageBytes = mma::Sm80KTileLayout<Sm80Geometry>::kBytes +
                                          mma::Sm80VTileLayout<Sm80Geometry>::kBytes;
   static_assert(AsyncStages == 0 || (AsyncStages >= 2 && AsyncStages <= 8),

@@ -212,6 +212,13 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   if (dim == 0) store_head_stats(a, w, row, m, l, bad_page, sink_folded);
 }
 
+// The scores' base-2 scale a Config's CTA applies: the launch's, times what its cache's
+// decoded K is short of (KvDecode::factor: 2^8 after E4M3's bit-move, else 1, which folds away).
+template <class Config>
+VXQA_DEVICE float cta_qk_scale_log2(const DecodeKernelArgs& a) {
+  return qk_scale_log2_of(a) * Config::KvDecoder::factor();
+}
+
 template <class Config>
 VXQA_DEVICE bool find_cta_work(const DecodeKernelArgs& a, CtaWork& w) {
   using Variant = typename Config::Variant;

@@ -116,7 +116,7 @@ struct DecodeCtaSm70 {
             publisher.publish();
             float s[8];
             Qk::run(q_tile, publisher.tile, s);
-            store_scores(s, tiles.start(j), work, rows, Variant::prepare(a, qk_scale_log2_of(a), work.first),
+            store_scores(s, tiles.start(j), work, rows, Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first),
                          s_tile);
             __syncwarp();
             row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
@@ -240,6 +240,7 @@ struct DecodeCtaSm70 {
           sink_folded = true;
         }
       }
+      o *= Config::KvDecoder::factor();  // what the decoded V is short of (1 but for E4M3's bit-move)
       store_head_result<kD, Config::kQo>(a, work, row, dim, m, l, o, bad_page, sink_folded);
     }
   }

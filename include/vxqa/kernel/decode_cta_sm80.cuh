@@ -188,7 +188,7 @@ struct DecodeCtaSm80 {
         return tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j, a.num_pages, bad_page);
       }
     };
-    const typename Variant::Scores scores = Variant::prepare(a, qk_scale_log2_of(a), work.first);
+    const typename Variant::Scores scores = Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first);
     auto stage = [&](int slot) { return warp_area + slot * Config::kSm80StageBytes; };
     auto next = [](int slot) { return slot + 1 == kStages ? 0 : slot + 1; };
     auto issue = [&](int j, int64_t offset, int slot) {  // one commit group per tile, empty past the end
@@ -271,7 +271,7 @@ struct DecodeCtaSm80 {
       }
       arch::cp_async_commit();
     };
-    const typename Variant::Scores base = Variant::prepare(a, qk_scale_log2_of(a), work.first);
+    const typename Variant::Scores base = Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first);
 
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier, k);
@@ -358,7 +358,8 @@ struct DecodeCtaSm80 {
     // One division a head, not one an element, and each head's destination worked out once
     // (ncu: the divisions' dependent chains, then the per-element address arithmetic and
     // branches, were most of the CTA's tail).
-    const float out_scale = a.num_chunks == 1 ? v_scale_of(a) : 1.f;
+    // Times what the decoded V is short of (1 but for E4M3's bit-move), with one chunk or several.
+    const float out_scale = (a.num_chunks == 1 ? v_scale_of(a) : 1.f) * Config::KvDecoder::factor();
     const bool second = head0 + 1 < work.heads;  // a padded row past the CTA's is not written
     const QueryRow q0 = query_row<kMulti, Variant>(a, work, head0);
     const QueryRow q1 = query_row<kMulti, Variant>(a, work, head0 + (second ? 1 : 0));

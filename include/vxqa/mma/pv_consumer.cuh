@@ -10,7 +10,7 @@
 #include <vxqa/arch/mma_m8n8k4.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments.cuh>
-#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 
 namespace vxqa {
@@ -21,7 +21,7 @@ struct PvConsumer {
   using VLayout = pipeline::VTileLayout<Geometry>;
   static constexpr int kHeadDim = Geometry::kHeadDimV;
   static constexpr int kNBlocks = kHeadDim / 32;  // n-blocks per quad pair
-  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
+  using Decode = typename Geometry::Decode;
 
   // Output dim of accumulator element i of n-block `nblock` on `lane`.
   VXQA_HD static int c_dim(int lane, int nblock, int i) {
@@ -60,8 +60,8 @@ struct PvConsumer {
 #pragma unroll
       for (int n = 0; n < kNBlocks; ++n) {
         uint32_t b[2];
-        if (kE5m2) {
-          const uint2 h = e5m2x4_to_half2x2_bits(vw[n]);
+        if constexpr (Decode::kConverts) {
+          const uint2 h = Decode::four(vw[n]);
           b[0] = h.x, b[1] = h.y;
         } else {
           b[0] = vw[2 * n], b[1] = vw[2 * n + 1];

@@ -2,14 +2,14 @@
 //
 // M = the 8 query heads of the M tile, N = tokens, K = head dims. Quad pair q computes the
 // 8x8 block of tokens 8q..8q+7 over all of D: with B = Kᵀ col-major a lane holds 4
-// consecutive dims of one token, i.e. one 32-bit word of E5M2 (two PRMTs make its two
-// half2) or two words of fp16. One LDS.128 of K feeds 4 (E5M2) or 2 (fp16) MMAs.
+// consecutive dims of one token, i.e. one 32-bit word of FP8 (KvDecode makes its two
+// half2) or two words of fp16. One LDS.128 of K feeds 4 (FP8) or 2 (fp16) MMAs.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/mma_m8n8k4.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments.cuh>
-#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
 
 namespace vxqa {
@@ -19,7 +19,7 @@ template <class Geometry>
 struct QkConsumer {
   using KLayout = pipeline::KTileLayout<Geometry>;
   using QLayout = pipeline::QTileLayout<Geometry::kHeadDimV>;
-  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
+  using Decode = typename Geometry::Decode;
 
   // Token of the tile whose S column this lane's B fragment covers.
   VXQA_HD static int b_token(int lane) { return quad_pair(lane) * 8 + b_col_major_col(lane); }
@@ -49,8 +49,8 @@ struct QkConsumer {
 #pragma unroll
       for (int step = 0; step < Geometry::kDimsPerChunk / 4; ++step) {
         uint32_t b[2];
-        if (kE5m2) {
-          const uint2 h = e5m2x4_to_half2x2_bits(kw[step]);
+        if constexpr (Decode::kConverts) {
+          const uint2 h = Decode::four(kw[step]);
           b[0] = h.x, b[1] = h.y;
         } else {
           b[0] = kw[2 * step], b[1] = kw[2 * step + 1];

@@ -13,7 +13,7 @@
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
 #include <vxqa/mma/sm80_qk_consumer.cuh>
-#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 
 namespace vxqa {
 namespace mma {
@@ -32,19 +32,20 @@ template <class Geometry>
 struct Sm80PvConsumer {
   using Layout = Sm80VTileLayout<Geometry>;
   static constexpr int kHeadDim = Geometry::kHeadDimV;
-  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
+  using Decode = typename Geometry::Decode;
+  static constexpr bool kFp8 = Decode::kConverts;
   static constexpr int kMTiles = kHeadDim / 16;
   // A lane's span of one read: 16 bytes, or 8 where a row is too short for 8 lanes x 16.
   static constexpr int kReadBytes = Geometry::kRowBytes / 8 < 16 ? Geometry::kRowBytes / 8 : 16;
   static constexpr int kReads = Geometry::kRowBytes / (8 * kReadBytes);  // per token row
   static constexpr int kWordsPerRead = kReadBytes / 4;
-  static_assert(kReads * kWordsPerRead * (kE5m2 ? 2 : 1) == kMTiles,
+  static_assert(kReads * kWordsPerRead * (kFp8 ? 2 : 1) == kMTiles,
                 "Sm80PvConsumer: the reads must cover every m-tile once");
 
   // Head dim of accumulator element e of m-tile m on `lane` (its row in Oᵀ).
   VXQA_HD static int dim_of(int lane, int m, int e) {
     const int r = m16n8k16::group(lane), row_half = e >> 1;  // rows r and r + 8
-    if (kE5m2) {  // word w of read v holds dims +0..3: m-tile 2p takes +0/+1, 2p + 1 takes +2/+3
+    if (kFp8) {  // word w of read v holds dims +0..3: m-tile 2p takes +0/+1, 2p + 1 takes +2/+3
       const int pair = m >> 1, v = pair / kWordsPerRead, w = pair % kWordsPerRead;
       return (r + 8 * v) * kReadBytes + 4 * w + 2 * (m & 1) + row_half;
     }
@@ -82,16 +83,16 @@ struct Sm80PvConsumer {
       }
 #pragma unroll
       for (int i = 0; i < kWordsPerRead; ++i) {
-        if (kE5m2) {
+        if constexpr (kFp8) {
           // Bytes k of rows (2t, 2t+1) side by side: selector 0x5140 takes bytes 0 and 1 of
           // both words, 0x7362 bytes 2 and 3; each half of the result is two codes of one dim.
           const uint32_t lo01 = __byte_perm(w[0][i], w[1][i], 0x5140), hi01 = __byte_perm(w[2][i], w[3][i], 0x5140);
           const uint32_t lo23 = __byte_perm(w[0][i], w[1][i], 0x7362), hi23 = __byte_perm(w[2][i], w[3][i], 0x7362);
           const int m = 2 * (v * kWordsPerRead + i);
-          const uint32_t a0[4] = {detail::spread_bytes<0, 1>(lo01), detail::spread_bytes<2, 3>(lo01),
-                                  detail::spread_bytes<0, 1>(hi01), detail::spread_bytes<2, 3>(hi01)};
-          const uint32_t a1[4] = {detail::spread_bytes<0, 1>(lo23), detail::spread_bytes<2, 3>(lo23),
-                                  detail::spread_bytes<0, 1>(hi23), detail::spread_bytes<2, 3>(hi23)};
+          const uint2 l01 = Decode::four(lo01), h01 = Decode::four(hi01);
+          const uint2 l23 = Decode::four(lo23), h23 = Decode::four(hi23);
+          const uint32_t a0[4] = {l01.x, l01.y, h01.x, h01.y};
+          const uint32_t a1[4] = {l23.x, l23.y, h23.x, h23.y};
           arch::mma_m16n8k16_row_col(o[m], a0, p, o[m]);
           arch::mma_m16n8k16_row_col(o[m + 1], a1, p, o[m + 1]);
         } else {

@@ -7,29 +7,31 @@
 //
 // The k order is permuted so that a lane's A registers come from whole words of its token
 // rows: in k-step s, lane l's four k slots {2t, 2t+1, 2t+8, 2t+9} (t = l % 4) are the four
-// consecutive dims dim0(s, t) .. +3 — one 32-bit word of E5M2, two of fp16. Q is loaded in
+// consecutive dims dim0(s, t) .. +3 — one 32-bit word of FP8 codes, two of fp16. Q is loaded in
 // the same order, so the product is the plain dot product. One LDS.128 of a K row feeds 4
-// (E5M2) or 2 (fp16) k-steps.
+// (FP8) or 2 (fp16) k-steps.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/mma_m16n8k16.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
 #include <vxqa/numeric/act_type.cuh>
-#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/numeric/kv_type.cuh>
 
 namespace vxqa {
 namespace mma {
 
 // A K (or V) tile of 16 token rows as the SM80 consumers see it.
-template <int kHeadDim, KvType kKv>
+template <int kHeadDim, KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
 struct Sm80TileGeometry {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "Sm80TileGeometry: head dim must be 64, 128 or 256");
-  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kFp16, "Sm80TileGeometry: KV elements are E5M2 or fp16");
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
+                "Sm80TileGeometry: KV elements are E5M2, E4M3 or fp16");
   static constexpr int kHeadDimV = kHeadDim;
-  static constexpr KvType kKvV = kKv;  // picks the consumers' conversion
+  static constexpr KvType kKvV = kKv;
+  using Decode = KvDecode<kKv, kE4m3>;  // the consumers' conversion
   static constexpr int kElemBytes = KvTraits<kKv>::kElemBytes;
   static constexpr int kTokens = 16;
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
@@ -54,9 +56,9 @@ template <class Geometry>
 struct Sm80QkConsumer {
   using Layout = Sm80KTileLayout<Geometry>;
   static constexpr int kHeadDim = Geometry::kHeadDimV;
-  static constexpr bool kE5m2 = Geometry::kKvV == KvType::kE5M2;
+  using Decode = typename Geometry::Decode;
   static constexpr int kSteps = kHeadDim / 16;                        // k-steps per tile
-  static constexpr int kStepsPerChunk = Geometry::kDimsPerChunk / 4;  // 4 (E5M2) or 2 (fp16)
+  static constexpr int kStepsPerChunk = Geometry::kDimsPerChunk / 4;  // 4 (FP8) or 2 (fp16)
   static constexpr int kChunkReads = kSteps / kStepsPerChunk;  // chunks a lane reads of each of its rows
   static_assert(kChunkReads * 4 == Geometry::kChunksPerRow,
                 "Sm80QkConsumer: the four lanes of a group must cover a row's chunks");
@@ -107,11 +109,12 @@ struct Sm80QkConsumer {
 #pragma unroll
       for (int i = 0; i < kStepsPerChunk; ++i) {
         uint32_t a[4];
-        if (kE5m2) {  // one word = dims +0..3: the low two to slots 2t, 2t+1, the high two to +8
-          a[0] = detail::spread_bytes<0, 1>(wl[i]);
-          a[1] = detail::spread_bytes<0, 1>(wh[i]);
-          a[2] = detail::spread_bytes<2, 3>(wl[i]);
-          a[3] = detail::spread_bytes<2, 3>(wh[i]);
+        if constexpr (Decode::kConverts) {  // one word = dims +0..3: the low two to slots 2t, 2t+1, the high two to +8
+          const uint2 l = Decode::four(wl[i]), h = Decode::four(wh[i]);
+          a[0] = l.x;
+          a[1] = h.x;
+          a[2] = l.y;
+          a[3] = h.y;
         } else {  // two words of f16x2
           a[0] = wl[2 * i];
           a[1] = wh[2 * i];

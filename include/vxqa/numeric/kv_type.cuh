@@ -10,13 +10,16 @@ namespace vxqa {
 
 // The cache's element format. kUnset is what a parameter struct holds until the caller says
 // which format its cache has: the bytes alone do not tell E5M2 from E4M3 (vLLM's "fp8"), so
-// the format is never assumed.
-enum class KvType { kUnset, kE5M2, kFp16 };
+// the format is never assumed. kE4M3 is OCP's float8_e4m3fn (numeric/e4m3.cuh).
+enum class KvType { kUnset, kE5M2, kFp16, kE4M3 };
 
-// "e5m2", "fp16", or "unset".
+// "e5m2", "e4m3", "fp16", or "unset".
 VXQA_HD const char* kv_type_name(KvType t) {
-  return t == KvType::kE5M2 ? "e5m2" : t == KvType::kFp16 ? "fp16" : "unset";
+  return t == KvType::kE5M2 ? "e5m2" : t == KvType::kE4M3 ? "e4m3" : t == KvType::kFp16 ? "fp16" : "unset";
 }
+
+// An FP8 format: one byte a code, decoded to fp16 before the MMAs.
+VXQA_HD constexpr bool kv_type_is_fp8(KvType t) { return t == KvType::kE5M2 || t == KvType::kE4M3; }
 
 template <KvType kKv>
 struct KvTraits;
@@ -24,6 +27,11 @@ template <>
 struct KvTraits<KvType::kE5M2> {
   static constexpr int kElemBytes = 1;
   static constexpr const char* kName = "e5m2";
+};
+template <>
+struct KvTraits<KvType::kE4M3> {
+  static constexpr int kElemBytes = 1;
+  static constexpr const char* kName = "e4m3";
 };
 template <>
 struct KvTraits<KvType::kFp16> {

@@ -9,18 +9,21 @@
 // reads one contiguous span of D/8 dims of one token per k-step.
 #pragma once
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/numeric/kv_type.cuh>
 
 namespace vxqa {
 namespace pipeline {
 
-template <int kHeadDim, KvType kKv>
+template <int kHeadDim, KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
 struct WarpTileGeometry {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "WarpTileGeometry: head dim must be 64, 128 or 256");
-  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kFp16, "WarpTileGeometry: KV elements are E5M2 or fp16");
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
+                "WarpTileGeometry: KV elements are E5M2, E4M3 or fp16");
   static constexpr int kHeadDimV = kHeadDim;
-  static constexpr KvType kKvV = kKv;  // picks the consumers' conversion
+  static constexpr KvType kKvV = kKv;
+  using Decode = KvDecode<kKv, kE4m3>;  // the consumers' conversion
   static constexpr int kElemBytes = KvTraits<kKv>::kElemBytes;
   static constexpr int kTokens = 32;
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
@@ -53,7 +56,7 @@ struct KTileLayout {
 
 // V tile, read by the PV consumer: in a k-step, lane reads token 4s + lane%4, span
 // p = 2*quad_pair + (lane >= 16) of D/8 dims. Spans of 16 bytes or more are read as
-// 16-byte chunks and swizzled per chunk; 8-byte spans (E5M2, D = 64) per 8-byte slot.
+// 16-byte chunks and swizzled per chunk; 8-byte spans (FP8, D = 64) per 8-byte slot.
 template <class Geometry>
 struct VTileLayout {
   static constexpr int kSpanBytes = Geometry::kSpanBytes;
@@ -104,7 +107,7 @@ struct ProbTileLayout {
 };
 
 // O (fp32) of one warp for the cross-warp merge: 8 heads x D, in the warp's K/V tile area
-// (for E5M2 exactly 8 x D floats: no room for padding, hence an XOR swizzle). Lanes store
+// (for FP8 exactly 8 x D floats: no room for padding, hence an XOR swizzle). Lanes store
 // pairs of adjacent dims (8 bytes); a 16-lane phase covers 2 head rows (head parity) x 4
 // quad pairs x 2 pairs, and row-major the rows and the quad pairs share banks. The key XORs
 // head parity and quad pair into dim bits 2..4, so the 16 pairs of a phase differ in dim

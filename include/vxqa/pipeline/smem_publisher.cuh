@@ -2,12 +2,12 @@
 // tile in the layout its consumer reads, then publishes it to the warp with __syncwarp.
 // The warp owns its tile, so no CTA-wide barrier is needed in the main loop.
 //
-// Where E5M2 becomes fp16 is a policy (ConvertAt): kConsume stores the bytes as loaded and
+// Where FP8 becomes fp16 is a policy (ConvertAt): kConsume stores the bytes as loaded and
 // the consumers convert while reading (half the shared memory and store traffic);
 // kPublish converts here, once per element, and the consumers read fp16 tiles.
 #pragma once
 #include <vxqa/common.cuh>
-#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/numeric/kv_type.cuh>
 #include <vxqa/pipeline/register_staged_load.cuh>
 #include <vxqa/pipeline/smem_layout.cuh>
@@ -19,14 +19,15 @@ enum class ConvertAt { kConsume, kPublish };
 
 #if VXQA_IS_CUDA_COMPILER
 // Geometry: the shared-memory tile; LoadGeometry: the rows as loaded from global memory
-// (the same, or 1-byte E5M2 rows published as 2-byte fp16 ones).
+// (the same, or 1-byte FP8 rows published as 2-byte fp16 ones, decoded by LoadGeometry's
+// KvDecode: E4M3's values short of its factor, which the kernel's scales make up).
 template <class Geometry, class LoadGeometry = Geometry>
 struct SmemPublisher {
-  static constexpr bool kConverts = LoadGeometry::kKvV == KvType::kE5M2 && Geometry::kKvV == KvType::kFp16;
+  static constexpr bool kConverts = LoadGeometry::Decode::kConverts && Geometry::kKvV == KvType::kFp16;
   static_assert(Geometry::kHeadDimV == LoadGeometry::kHeadDimV &&
                     (kConverts || Geometry::kKvV == LoadGeometry::kKvV),
                 "SmemPublisher: the tile and the loaded rows must hold the same head dim, and "
-                "may differ only by E5M2 -> fp16");
+                "may differ only by FP8 -> fp16");
 
   // The warp's tile buffer: Geometry::kTileBytes, 16-byte aligned.
   struct TempStorage {
@@ -46,7 +47,7 @@ struct SmemPublisher {
 #pragma unroll
     for (int i = 0; i < RegisterPiece<LoadGeometry, kPieceTokens>::kLoadsPerLane; ++i) {
       const int row = piece.row_of(first_row, i, lane), c = piece.chunk_of(i, lane);
-      if (kConverts) {  // 16 codes -> two 16-byte chunks of fp16
+      if constexpr (kConverts) {  // 16 codes -> two 16-byte chunks of fp16
         arch::Bytes16 lo, hi;
         widen(piece.chunk[i], lo, hi);
         store16(tile + KTileLayout<Geometry>::chunk_offset(row, 2 * c), lo);
@@ -64,7 +65,7 @@ struct SmemPublisher {
 #pragma unroll
     for (int i = 0; i < RegisterPiece<LoadGeometry, kPieceTokens>::kLoadsPerLane; ++i) {
       const int row = piece.row_of(first_row, i, lane), c = piece.chunk_of(i, lane);
-      if (kConverts) {  // fp16 spans are at least 16 bytes: whole granules
+      if constexpr (kConverts) {  // fp16 spans are at least 16 bytes: whole granules
         arch::Bytes16 lo, hi;
         widen(piece.chunk[i], lo, hi);
         store16(tile + Layout::granule_offset(row, 32 * c), lo);
@@ -86,11 +87,11 @@ struct SmemPublisher {
   VXQA_DEVICE static void store8(uint8_t* dst, uint32_t a, uint32_t b) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(a, b);
   }
-  // 16 E5M2 codes -> 16 fp16: codes 0..7 in `lo`, 8..15 in `hi`.
+  // 16 FP8 codes -> 16 fp16: codes 0..7 in `lo`, 8..15 in `hi`.
   VXQA_DEVICE static void widen(const arch::Bytes16& codes, arch::Bytes16& lo, arch::Bytes16& hi) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const uint2 h = e5m2x4_to_half2x2_bits(codes.w[w]);
+      const uint2 h = LoadGeometry::Decode::four(codes.w[w]);
       arch::Bytes16& dst = w < 2 ? lo : hi;
       dst.w[(w & 1) * 2] = h.x;
       dst.w[(w & 1) * 2 + 1] = h.y;

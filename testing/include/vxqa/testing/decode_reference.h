@@ -1,6 +1,6 @@
 // vxqa/testing/decode_reference.h — float64 CPU reference of paged decode attention.
 //
-// It is the yardstick for the kernels, so it shares nothing with them: its own fp16/E5M2
+// It is the yardstick for the kernels, so it shares nothing with them: its own fp16/E5M2/E4M3
 // decode and its own address formula, written from the problem statement (design.md §1),
 // and no other vxqa header. Host only; plain C++17.
 //
@@ -32,9 +32,10 @@ namespace vxqa::reference {
 enum class KvFormat {
   kE5M2,  // 1 byte per element
   kFp16,  // 2 bytes per element, IEEE binary16 bits
+  kE4M3,  // 1 byte per element, OCP float8_e4m3fn
 };
 
-inline int element_bytes(KvFormat format) { return format == KvFormat::kE5M2 ? 1 : 2; }
+inline int element_bytes(KvFormat format) { return format == KvFormat::kFp16 ? 2 : 1; }
 
 namespace detail {
 
@@ -61,6 +62,24 @@ inline double decode_bias15(uint32_t bits, int mant_bits) {
 
 inline double fp16_to_double(uint16_t bits) { return detail::decode_bias15(bits, 10); }
 inline double e5m2_to_double(uint8_t bits) { return detail::decode_bias15(bits, 2); }
+
+// OCP E4M3 (float8_e4m3fn): sign | 4 exponent bits (bias 7) | 3 mantissa bits. It trades the
+// infinities for range: only S.1111.111 is NaN, so exponent 15 with any other mantissa is an
+// ordinary binade (up to ±448).
+inline double e4m3_to_double(uint8_t bits) {
+  const bool negative = bits & 0x80u;
+  const int exponent = (bits >> 3) & 15;
+  const int mantissa = bits & 7;
+  double magnitude;
+  if (exponent == 15 && mantissa == 7) {
+    magnitude = std::numeric_limits<double>::quiet_NaN();
+  } else if (exponent == 0) {  // subnormal: mantissa / 8 · 2^-6
+    magnitude = std::ldexp(mantissa, -9);
+  } else {
+    magnitude = std::ldexp(8 + mantissa, exponent - 7 - 3);
+  }
+  return negative ? -magnitude : magnitude;
+}
 
 // Everything one decode step reads. Host pointers; the reference never writes through them.
 struct DecodeInputs {
@@ -127,6 +146,7 @@ namespace detail {
 inline double load_element(const void* base, int64_t index, KvFormat format) {
   const unsigned char* bytes = static_cast<const unsigned char*>(base);
   if (format == KvFormat::kE5M2) return e5m2_to_double(bytes[index]);
+  if (format == KvFormat::kE4M3) return e4m3_to_double(bytes[index]);
   uint16_t bits;
   std::memcpy(&bits, bytes + index * 2, sizeof bits);
   return fp16_to_double(bits);

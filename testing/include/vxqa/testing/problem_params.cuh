@@ -29,6 +29,16 @@ inline int problem_max_q_len(const reference::RandomProblem& p) {
   return most;
 }
 
+// The library's name for a reference cache format.
+inline KvType problem_kv_type(reference::KvFormat format) {
+  switch (format) {
+    case reference::KvFormat::kE5M2: return KvType::kE5M2;
+    case reference::KvFormat::kE4M3: return KvType::kE4M3;
+    case reference::KvFormat::kFp16: return KvType::kFp16;
+  }
+  throw std::invalid_argument("vxqa::problem_kv_type: unknown reference::KvFormat");
+}
+
 // The problem's variant (window, soft-cap, sinks) and its query tokens (q_indptr: rows
 // [num_tokens, Hq, D] of q and out) come along.
 inline DecodeParams problem_params(const reference::RandomProblem& p, const DeviceProblemBuffers& d) {
@@ -46,7 +56,7 @@ inline DecodeParams problem_params(const reference::RandomProblem& p, const Devi
   params.out_head_stride = head_elems;
   params.out_batch_stride = seq_elems;
   params.lse = d.lse;
-  params.cache_type = p.format == reference::KvFormat::kE5M2 ? KvType::kE5M2 : KvType::kFp16;
+  params.cache_type = problem_kv_type(p.format);
   params.k_cache = static_cast<const uint8_t*>(d.cache) + p.k_offset * element_bytes;
   params.v_cache = static_cast<const uint8_t*>(d.cache) + p.v_offset * element_bytes;
   params.page_stride = p.page_stride;

@@ -20,6 +20,25 @@ namespace vxqa::reference {
 
 namespace detail {
 
+// Rounds a finite a >= 0, ties to even, to a binary format with mant_bits mantissa bits
+// whose smallest normal is 2^min_exponent, and returns its magnitude bits (biased exponent,
+// then mantissa). Unbounded above: what a code past the largest finite one means (inf,
+// NaN, saturation) is the format's business.
+inline uint64_t round_magnitude(double a, int mant_bits, int min_exponent) {
+  if (a == 0.0) return 0;
+  // Spacing of representable values around a: 2^(e - m) in binade e, and the subnormal
+  // spacing 2^(min_exponent - m) below the smallest normal. a / spacing is exact (power of two).
+  const int e = std::max(std::ilogb(a), min_exponent);
+  const double scaled = a / std::ldexp(1.0, e - mant_bits);
+  double n = std::floor(scaled);
+  const double rest = scaled - n;
+  if (rest > 0.5 || (rest == 0.5 && std::fmod(n, 2.0) == 1.0)) n += 1.0;
+  // n counts spacings: 2^m + mantissa in a normal binade (mantissa alone when subnormal),
+  // so the code is ((e - min_exponent) << m) + n; n = 2^(m+1) carries into the next binade
+  // by itself.
+  return (static_cast<uint64_t>(e - min_exponent) << mant_bits) + static_cast<uint64_t>(n);
+}
+
 // Rounds x to the format sign | 5 exponent bits (bias 15) | mant_bits, ties to even, and
 // returns its bits. Overflow gives inf, or the largest finite value when `satfinite`; NaN
 // gives a quiet NaN.
@@ -30,17 +49,7 @@ inline uint32_t encode_bias15(double x, int mant_bits, bool satfinite) {
   if (std::isnan(x)) return inf_code | (1u << (mant_bits - 1));
   const double a = std::fabs(x);
   if (std::isinf(a)) return sign | (satfinite ? max_code : inf_code);
-  if (a == 0.0) return sign;
-  // Spacing of representable values around a: 2^(e - m) in binade e, and the subnormal
-  // spacing 2^(-14 - m) below the smallest normal. a / spacing is exact (power of two).
-  const int e = std::max(std::ilogb(a), -14);
-  const double scaled = a / std::ldexp(1.0, e - mant_bits);
-  double n = std::floor(scaled);
-  const double rest = scaled - n;
-  if (rest > 0.5 || (rest == 0.5 && std::fmod(n, 2.0) == 1.0)) n += 1.0;
-  // n counts spacings: 2^m + mantissa in a normal binade (mantissa alone when subnormal),
-  // so the code is ((e + 14) << m) + n; n = 2^(m+1) carries into the next binade by itself.
-  const uint64_t code = (static_cast<uint64_t>(e + 14) << mant_bits) + static_cast<uint64_t>(n);
+  const uint64_t code = round_magnitude(a, mant_bits, -14);
   if (code >= inf_code) return sign | (satfinite ? max_code : inf_code);
   return sign | static_cast<uint32_t>(code);
 }
@@ -54,6 +63,17 @@ inline uint8_t e5m2_from_double(double x, bool satfinite = true) {
 }
 inline uint16_t fp16_from_double(double x) {
   return static_cast<uint16_t>(detail::encode_bias15(x, 10, false));
+}
+
+// Round to nearest even, saturating as the cache writers' __NV_SATFINITE does: beyond ±448
+// (±inf included) gives ±448, since E4M3 has no inf and the code past 448 is NaN. Every NaN
+// gives 0x7F.
+inline uint8_t e4m3_from_double(double x) {
+  if (std::isnan(x)) return 0x7Fu;
+  const uint64_t largest = 0x7Eu;  // 448
+  const double a = std::fabs(x);
+  const uint64_t code = std::isinf(a) ? largest : std::min(detail::round_magnitude(a, 3, -6), largest);
+  return static_cast<uint8_t>((std::signbit(x) ? 0x80u : 0u) | code);
 }
 
 enum class CacheLayout {
@@ -135,7 +155,7 @@ struct RandomProblem {
     const int32_t page = block_table[b * table_stride + t / page_size];
     return page * page_stride + (t % page_size) * token_stride + h * head_stride + d;
   }
-  // Decoded (unscaled) cache values; set_* rounds to the format (E5M2: satfinite).
+  // Decoded (unscaled) cache values; set_* rounds to the format (E5M2, E4M3: satfinite).
   double k_at(int b, int t, int h, int d) const {
     return load(k_offset + element_index(b, t, h, d));
   }
@@ -151,7 +171,7 @@ struct RandomProblem {
 
   // Raw element bits at index `i` of `cache` (for garbage and hand-made codes).
   void store(int64_t i, uint32_t bits) {
-    if (format == KvFormat::kE5M2) {
+    if (element_bytes(format) == 1) {
       cache[i] = static_cast<unsigned char>(bits);
     } else {
       const uint16_t half = static_cast<uint16_t>(bits);
@@ -190,22 +210,31 @@ struct RandomProblem {
 
  private:
   uint32_t encode(double x) const {
-    return format == KvFormat::kE5M2 ? e5m2_from_double(x) : fp16_from_double(x);
+    if (format == KvFormat::kE5M2) return e5m2_from_double(x);
+    if (format == KvFormat::kE4M3) return e4m3_from_double(x);
+    return fp16_from_double(x);
   }
-  double load(int64_t i) const {
-    if (format == KvFormat::kE5M2) return e5m2_to_double(cache[i]);
-    uint16_t half;
-    std::memcpy(&half, &cache[i * 2], sizeof half);
-    return fp16_to_double(half);
-  }
+  double load(int64_t i) const { return detail::load_element(cache.data(), i, format); }
 };
 
 namespace detail {
 
 // Bits a stale or uninitialised cache element might hold; most would poison any sum.
 inline uint32_t garbage_element(KvFormat format, std::mt19937_64& rng) {
+  // E4M3 has no inf: NaN and ±448 in its place, from the same draws, so that the other
+  // formats' garbage (and every problem built before E4M3) stays as it was.
+  const uint64_t pick = rng() % 5;
+  if (format == KvFormat::kE4M3) {
+    switch (pick) {
+      case 0: return 0xFFu;  // NaN
+      case 1: return 0x7Fu;  // NaN
+      case 2: return 0xFEu;  // -448
+      case 3: return 0x7Eu;  // largest finite
+      default: return static_cast<uint32_t>(rng() & 0xFFu);
+    }
+  }
   const bool e5m2 = format == KvFormat::kE5M2;
-  switch (rng() % 5) {
+  switch (pick) {
     case 0: return e5m2 ? 0xFFu : 0xFFFFu;  // NaN
     case 1: return e5m2 ? 0x7Cu : 0x7C00u;  // +inf
     case 2: return e5m2 ? 0xFCu : 0xFC00u;  // -inf

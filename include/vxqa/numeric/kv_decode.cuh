@@ -1,0 +1,60 @@
+// vxqa/numeric/kv_decode.cuh — a cache element type's codes to the fp16 the MMAs take, and
+// the factor the decoded values are short of.
+//
+// Both CTA bodies decode through KvDecode, so the element type (and, for E4M3, the path)
+// picks the converter at compile time:
+//   E5M2  one PRMT a pair of codes, exact (numeric/e5m2.cuh);
+//   E4M3  the hardware cvt a pair on sm_89 and newer (exact values), else the bit-move of
+//         numeric/e4m3.cuh: five instructions a pair, each value short of 2^8;
+//   fp16  nothing to decode.
+// The 2^8 joins the scales where they are applied once (the scores' scale, the outputs'),
+// never a code: factor() says what it is on the arch being compiled, so the host never
+// needs to know which path the device runs.
+#pragma once
+#include <vxqa/arch/cvt_e4m3.cuh>
+#include <vxqa/common.cuh>
+#include <vxqa/numeric/e4m3.cuh>
+#include <vxqa/numeric/e5m2.cuh>
+#include <vxqa/numeric/kv_type.cuh>
+
+namespace vxqa {
+
+// How an E4M3 cache is decoded: kAuto takes the hardware cvt where the kernel is compiled for
+// sm_89 and newer and the bit-move elsewhere; kSoftware the bit-move everywhere (what an
+// A100 or a V100 runs, so that a newer GPU can test and time it).
+enum class E4m3Decode { kAuto, kSoftware };
+
+template <KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
+struct KvDecode {
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
+                "KvDecode: a cache element type is E5M2, E4M3 or fp16");
+  static constexpr bool kConverts = kv_type_is_fp8(kKv);  // fp16 is read as it is
+
+#if VXQA_IS_CUDA_COMPILER
+  static constexpr bool kHardware = kKv == KvType::kE4M3 && kE4m3 == E4m3Decode::kAuto && VXQA_HAS_CVT_E4M3;
+
+  // Four codes as the bits of two half2: bytes 0,1 -> .x, bytes 2,3 -> .y (each value
+  // divided by factor()).
+  VXQA_DEVICE static uint2 four(uint32_t codes) {
+    static_assert(kConverts, "KvDecode: an fp16 cache has nothing to decode");
+    if constexpr (kKv == KvType::kE5M2) {
+      return e5m2x4_to_half2x2_bits(codes);
+    } else if constexpr (kHardware) {
+#if VXQA_HAS_CVT_E4M3
+      return make_uint2(arch::cvt_rn_f16x2_e4m3x2(uint16_t(codes & 0xFFFFu)),
+                        arch::cvt_rn_f16x2_e4m3x2(uint16_t(codes >> 16)));
+#endif
+    } else {
+      return e4m3x4_to_half2x2_bits_scaled(codes);
+    }
+  }
+
+  // What a decoded value is to be multiplied by: kE4m3HalfScale after the bit-move, else 1
+  // (a constant: multiplying by it folds away).
+  VXQA_DEVICE static constexpr float factor() {
+    return kKv == KvType::kE4M3 && !kHardware ? kE4m3HalfScale : 1.f;
+  }
+#endif
+};
+
+}  // namespace vxqa
