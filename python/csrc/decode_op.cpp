@@ -371,9 +371,11 @@ Planned read_plan(c10::IntArrayRef ints) {
   for (int64_t v : ints) TORCH_CHECK_VALUE(v >= 0, "plan: holds a negative field: not made by plan_decode");
   Planned p;
   p.head_dim = to_int(ints[kHeadDim], "plan");
-  TORCH_CHECK_VALUE(ints[kCacheType] == int64_t(vxqa::KvType::kE5M2) || ints[kCacheType] == int64_t(vxqa::KvType::kFp16),
-                    "plan: cache type ", num(ints[kCacheType]), " is not e5m2 or fp16");
-  p.cache_type = static_cast<vxqa::KvType>(ints[kCacheType]);
+  const int64_t cache_type = ints[kCacheType];
+  TORCH_CHECK_VALUE(cache_type == int64_t(vxqa::KvType::kE5M2) || cache_type == int64_t(vxqa::KvType::kE4M3) ||
+                        cache_type == int64_t(vxqa::KvType::kFp16),
+                    "plan: cache type ", num(cache_type), " is not e5m2, e4m3 or fp16");
+  p.cache_type = static_cast<vxqa::KvType>(cache_type);
   TORCH_CHECK_VALUE(ints[kQoType] <= int64_t(vxqa::ActType::kBf16), "plan: q type ", num(ints[kQoType]), " is unknown");
   p.qo_type = static_cast<vxqa::ActType>(ints[kQoType]);
   p.page_size = to_int(ints[kPageSize], "plan");

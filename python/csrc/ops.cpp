@@ -6,7 +6,7 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(vxqa, m) {
-  // kv_cache_dtype: vLLM's string ("auto", "fp8_e5m2"; "fp8" / "fp8_e4m3" refused for now).
+  // kv_cache_dtype: vLLM's string ("auto": the cache's dtype says; "fp8_e5m2"; "fp8" / "fp8_e4m3": E4M3).
   // softmax_scale None: 1 / sqrt(head_dim), worked out in C++ so that a compiled graph keeps
   // head_dim symbolic.
   // The attention variant, keyword-only and off by default (vxqa::DecodeParams' fields):

@@ -88,27 +88,38 @@ inline void check_scale_tensor(const std::optional<at::Tensor>& t, const char* n
 }
 
 // The cache's element format from vLLM's kv_cache_dtype string and the cache tensor's dtype
-// (`name` is the tensor, "k_cache"). Never guessed: a byte cache may hold E5M2 or E4M3 codes
-// (vLLM's "fp8" is E4M3), so "auto" refuses uint8 and the caller says "fp8_e5m2".
+// (`name` is the tensor, "k_cache"). Never guessed: a byte cache may hold E5M2 or E4M3 codes,
+// so "auto" refuses uint8 and the caller names the format ("fp8_e5m2", or "fp8" / "fp8_e4m3":
+// vLLM's "fp8" is E4M3). A float8 dtype says its own format, which the string must not contradict.
 inline vxqa::KvType cache_format(const std::string& kv_cache_dtype, at::ScalarType dtype, const char* name) {
+  const bool e5m2 = kv_cache_dtype == "fp8_e5m2";
   const bool e4m3 = kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3";
-  TORCH_CHECK_VALUE(kv_cache_dtype == "auto" || kv_cache_dtype == "fp8_e5m2" || e4m3, "kv_cache_dtype: \"",
-                    kv_cache_dtype, "\" is not one of \"auto\" (the cache's dtype says), \"fp8_e5m2\", "
-                    "\"fp8\" or \"fp8_e4m3\" (E4M3: not supported yet)");
-  TORCH_CHECK_VALUE(!e4m3, "kv_cache_dtype: \"", kv_cache_dtype, "\" means E4M3 codes: E4M3 caches are not supported "
-                    "yet (vxqa reads E5M2 codes, kv_cache_dtype \"fp8_e5m2\", or fp16)");
-  if (kv_cache_dtype == "fp8_e5m2") {
-    TORCH_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat8_e5m2, name, ": dtype ", dtype,
-                      " does not hold kv_cache_dtype \"fp8_e5m2\" (Byte or Float8_e5m2)");
-    return vxqa::KvType::kE5M2;
+  TORCH_CHECK_VALUE(kv_cache_dtype == "auto" || e5m2 || e4m3, "kv_cache_dtype: \"", kv_cache_dtype,
+                    "\" is not one of \"auto\" (the cache's dtype says), \"fp8_e5m2\", \"fp8\" or "
+                    "\"fp8_e4m3\" (E4M3)");
+  if (e5m2 || e4m3) {
+    const at::ScalarType own = e5m2 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn;
+    const at::ScalarType other = e5m2 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+    TORCH_CHECK_VALUE(dtype != other, name, ": dtype ", dtype, " holds ", e5m2 ? "E4M3" : "E5M2",
+                      " codes, but kv_cache_dtype \"", kv_cache_dtype, "\" means ", e5m2 ? "E5M2" : "E4M3",
+                      " (for this cache pass kv_cache_dtype ",
+                      e5m2 ? "\"auto\", \"fp8\" or \"fp8_e4m3\"" : "\"auto\" or \"fp8_e5m2\"", ")");
+    TORCH_CHECK_VALUE(dtype == at::kByte || dtype == own, name, ": dtype ", dtype, " does not hold kv_cache_dtype \"",
+                      kv_cache_dtype, "\" (Byte or ", own, ")");
+    return e5m2 ? vxqa::KvType::kE5M2 : vxqa::KvType::kE4M3;
   }
   TORCH_CHECK_VALUE(dtype != at::kByte, name, ": a uint8 cache holds fp8 codes of an unstated format (E5M2 or E4M3; "
                     "vLLM's \"fp8\" means E4M3), which kv_cache_dtype \"auto\" cannot tell: pass "
-                    "kv_cache_dtype=\"fp8_e5m2\" or the cache as a torch.float8_e5m2 view");
-  TORCH_CHECK_VALUE(dtype != at::kFloat8_e4m3fn, name, ": dtype Float8_e4m3fn: E4M3 caches are not supported yet");
-  TORCH_CHECK_VALUE(dtype == at::kHalf || dtype == at::kFloat8_e5m2, name, ": dtype ", dtype,
-                    " is not supported (Half or Float8_e5m2, or Byte with kv_cache_dtype \"fp8_e5m2\")");
-  return dtype == at::kHalf ? vxqa::KvType::kFp16 : vxqa::KvType::kE5M2;
+                    "kv_cache_dtype=\"fp8_e5m2\" (E5M2) or \"fp8\" / \"fp8_e4m3\" (E4M3), or the cache as a "
+                    "torch.float8_e5m2 or torch.float8_e4m3fn view");
+  TORCH_CHECK_VALUE(dtype != at::kBFloat16, name, ": dtype BFloat16 is not supported (bf16 caches are not supported "
+                    "yet: vxqa reads fp16, E5M2 and E4M3 caches)");
+  TORCH_CHECK_VALUE(dtype == at::kHalf || dtype == at::kFloat8_e5m2 || dtype == at::kFloat8_e4m3fn, name, ": dtype ",
+                    dtype, " is not supported (Half, Float8_e5m2 or Float8_e4m3fn, or Byte with kv_cache_dtype "
+                    "\"fp8_e5m2\", \"fp8\" or \"fp8_e4m3\")");
+  return dtype == at::kHalf          ? vxqa::KvType::kFp16
+         : dtype == at::kFloat8_e5m2 ? vxqa::KvType::kE5M2
+                                     : vxqa::KvType::kE4M3;
 }
 
 // The paged cache, K and V alike: [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD),

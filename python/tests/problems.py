@@ -4,7 +4,8 @@ comparison against vxqa_torch.reference with vxqa's own bounds (testing/compare.
 element, from the error model of the kernels' roundings (docs/design.md, "How the tests
 bound the error"). A problem may carry an attention variant (Problem.variant: the keyword
 arguments sliding_window, logit_softcap, sinks of decode, plan.run and the reference), and
-several query tokens a sequence (Problem.q_indptr: q [num_tokens, ...], a row a token)."""
+several query tokens a sequence (Problem.q_indptr: q [num_tokens, ...], a row a token). Its
+caches are fp16, E5M2 or E4M3 (Problem.kv_cache_dtype says the format of a uint8 pair)."""
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
@@ -14,22 +15,51 @@ import torch
 import vxqa_torch
 from vxqa_torch.reference import ErrorModel, decode_error_model, decode_reference, error_bounds
 
-E5M2_MAX = 57344.0
-CACHE_DTYPES = {"uint8": torch.uint8, "float8_e5m2": torch.float8_e5m2, "float16": torch.float16}
+E5M2_MAX, E4M3_MAX = 57344.0, 448.0
+# The tests' caches by name: random_problem's cache_dtype and kv_cache_dtype (a uint8 cache
+# states its format: "fp8_e5m2", or vLLM's "fp8" for E4M3).
+CACHES = {"uint8": dict(cache_dtype=torch.uint8, kv_cache_dtype="fp8_e5m2"),
+          "float8_e5m2": dict(cache_dtype=torch.float8_e5m2, kv_cache_dtype="auto"),
+          "float16": dict(cache_dtype=torch.float16, kv_cache_dtype="auto"),
+          "uint8 e4m3": dict(cache_dtype=torch.uint8, kv_cache_dtype="fp8"),
+          "float8_e4m3fn": dict(cache_dtype=torch.float8_e4m3fn, kv_cache_dtype="auto")}
+# The float8 dtype of each fp8 string: a uint8 cache's codes seen as values.
+FP8_DTYPES = {"fp8_e5m2": torch.float8_e5m2, "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn}
 
 
-def kv_cache_dtype_of(cache):
-    """vLLM's kv_cache_dtype string for a test cache: a uint8 one holds E5M2 codes, and says so."""
-    return "fp8_e5m2" if cache.dtype == torch.uint8 else "auto"
+def kv_cache_dtype_of(dtype):
+    """vLLM's kv_cache_dtype string for a test cache of `dtype` where the test does not say: a
+    uint8 one holds E5M2 codes, and says so."""
+    return "fp8_e5m2" if dtype == torch.uint8 else "auto"
 
 
-def random_cache_values(shape, dtype, generator, device):
-    """Random cache contents of `dtype` (E5M2 codes from normal floats, or fp16)."""
+def value_dtype(dtype, kv_cache_dtype):
+    """The dtype whose values a cache of `dtype` holds: a uint8 cache's float8 dtype."""
+    return FP8_DTYPES[kv_cache_dtype] if dtype == torch.uint8 else dtype
+
+
+def random_cache_values(shape, dtype, generator, device, kv_cache_dtype=None):
+    """Random cache contents of `dtype` from normal floats: fp16, or FP8 codes of the format
+    kv_cache_dtype states (default kv_cache_dtype_of(dtype): a uint8 cache holds E5M2)."""
     x = torch.randn(shape, generator=generator).to(device)
-    if dtype == torch.float16:
-        return x.half()
-    codes = x.to(torch.float8_e5m2)
-    return codes.view(torch.uint8) if dtype == torch.uint8 else codes
+    values = x.to(value_dtype(dtype, kv_cache_dtype or kv_cache_dtype_of(dtype)))
+    return values.view(torch.uint8) if dtype == torch.uint8 else values
+
+
+def encode(x, scale, dtype, kv_cache_dtype=None):
+    """What vxqa's writer must store for rows x in a cache of `dtype` (kv_cache_dtype as for
+    random_cache_values): x / scale in fp32, converted by torch; FP8 saturated to its largest
+    finite value first (torch's E4M3 conversion gives NaN past it), an E4M3 NaN as 0x7F
+    (torch keeps a NaN's sign: 0xFF)."""
+    y = x.float() / torch.tensor(scale, dtype=torch.float32)
+    values = value_dtype(dtype, kv_cache_dtype or kv_cache_dtype_of(dtype))
+    if values == torch.float16:
+        return y.half()
+    top = E5M2_MAX if values == torch.float8_e5m2 else E4M3_MAX
+    codes = y.clamp(-top, top).to(values).view(torch.uint8)
+    if values == torch.float8_e4m3fn:
+        codes = torch.where(y.isnan(), torch.tensor(0x7F, dtype=torch.uint8, device=codes.device), codes)
+    return codes if dtype == torch.uint8 else codes.view(values)
 
 
 @dataclass
@@ -48,6 +78,8 @@ class Problem:
     # Multi-token queries: int32 [batch + 1] on q's device (q, out and lse a row a query token);
     # None: one token a sequence.
     q_indptr: Optional[torch.Tensor] = None
+    # vLLM's string for the caches: "auto" (their dtype says), or a uint8 pair's format.
+    kv_cache_dtype: str = "auto"
 
     @property
     def q_lens(self):
@@ -60,10 +92,6 @@ class Problem:
     def max_q_len(self):
         """The most query tokens of a sequence (at least 1)."""
         return max(self.q_lens + [1])
-
-    @property
-    def kv_cache_dtype(self):
-        return kv_cache_dtype_of(self.k_cache)
 
     def plan(self, max_batch=None, max_context=None, max_q_len=None, **variant):
         """A DecodePlan for this problem's shape (capacity: its batch and block table by
@@ -91,17 +119,18 @@ class Problem:
                                 self.k_scale if k_scale is None else k_scale,
                                 self.v_scale if v_scale is None else v_scale,
                                 q_indptr=self.q_indptr if q_indptr is None else q_indptr,
-                                **{**self.variant, **variant})
+                                kv_cache_dtype=self.kv_cache_dtype, **{**self.variant, **variant})
 
 
 def random_problem(seed, *, batch=3, kv_heads=2, group=4, head_dim=128, page_size=16, max_len=600,
                    cache_dtype=torch.uint8, q_dtype=torch.float16, device="cuda", lengths=None, q_lens=None,
-                   extra_rows=0):
-    """A random problem. q_lens (a list of `batch` counts, 0 allowed): several query tokens a
-    sequence, q [sum(q_lens) + extra_rows, ...] with q_indptr (extra_rows: rows past
-    q_indptr[batch], as vLLM pads the query for CUDA graphs); a drawn length shorter than its
-    count is raised to it (given lengths must hold their counts). Without q_lens the problem
-    is the one of before, draw for draw."""
+                   extra_rows=0, kv_cache_dtype=None):
+    """A random problem, its caches of cache_dtype in the format kv_cache_dtype states (default
+    kv_cache_dtype_of(cache_dtype): uint8 holds E5M2; CACHES names them). q_lens (a list of
+    `batch` counts, 0 allowed): several query tokens a sequence, q [sum(q_lens) + extra_rows,
+    ...] with q_indptr (extra_rows: rows past q_indptr[batch], as vLLM pads the query for CUDA
+    graphs); a drawn length shorter than its count is raised to it (given lengths must hold
+    their counts). Without q_lens the problem is the one of before, draw for draw."""
     g = torch.Generator().manual_seed(seed)
     pages_per_seq = math.ceil(max_len / page_size)
     num_pages = batch * pages_per_seq + 5  # a few pages no sequence owns
@@ -119,15 +148,17 @@ def random_problem(seed, *, batch=3, kv_heads=2, group=4, head_dim=128, page_siz
         rows = offsets[-1] + extra_rows
         q_indptr = torch.tensor(offsets, dtype=torch.int32, device=device)
     shape = (num_pages, page_size, kv_heads, head_dim)
+    kv_cache_dtype = kv_cache_dtype or kv_cache_dtype_of(cache_dtype)
     return Problem(
         q=torch.randn(rows, kv_heads * group, head_dim, generator=g).to(q_dtype).to(device),
-        k_cache=random_cache_values(shape, cache_dtype, g, device),
-        v_cache=random_cache_values(shape, cache_dtype, g, device),
+        k_cache=random_cache_values(shape, cache_dtype, g, device, kv_cache_dtype),
+        v_cache=random_cache_values(shape, cache_dtype, g, device, kv_cache_dtype),
         block_table=table.int().to(device),
         seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
         k_scale=0.25 + torch.rand(1, generator=g).item(),
         v_scale=0.5 + torch.rand(1, generator=g).item(),
         q_indptr=q_indptr,
+        kv_cache_dtype=kv_cache_dtype,
     )
 
 
@@ -160,20 +191,22 @@ def random_sinks(seed, q_heads, device, center=5.0):
 
 
 def expected_outputs(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0, *,
-                     sliding_window=0, logit_softcap=0.0, sinks=None, chunk_tokens=64, q_indptr=None):
+                     sliding_window=0, logit_softcap=0.0, sinks=None, chunk_tokens=64, q_indptr=None,
+                     kv_cache_dtype=None):
     """decode_reference and decode_error_model of the same arguments (so that the bound is
     the one of the problem the reference solved). The scales are taken as the kernels take
     them, rounded to fp32 (softmax_scale None: 1 / sqrt(head_dim), rounded), as the C++ tests'
     reference does: the model allows for the kernels' fp32 arithmetic, not for scales that
-    differ from theirs; so is the soft-cap (the sinks are fp32 tensors already)."""
+    differ from theirs; so is the soft-cap (the sinks are fp32 tensors already). kv_cache_dtype:
+    the caches' format, as for vxqa_torch.reference.dequantize (None: uint8 holds E5M2)."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     softmax_scale, k_scale, v_scale = as_fp32(softmax_scale), as_fp32(k_scale), as_fp32(v_scale)
     variant = dict(sliding_window=sliding_window, logit_softcap=as_fp32(logit_softcap or 0.0), sinks=sinks)
     out, lse = decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale,
-                                q_indptr=q_indptr, **variant)
+                                q_indptr=q_indptr, kv_cache_dtype=kv_cache_dtype, **variant)
     model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, out, lse,
-                               chunk_tokens, q_indptr=q_indptr, **variant)
+                               chunk_tokens, q_indptr=q_indptr, kv_cache_dtype=kv_cache_dtype, **variant)
     return Expected(out, lse, model)
 
 

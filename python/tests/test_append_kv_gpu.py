@@ -1,25 +1,22 @@
 """append_kv on the GPU: bit for bit against torch's own conversions (E5M2 with the scale,
-saturated to +-57344, round to nearest even; fp16 likewise), from fp16 and bf16 rows, into
-uint8, float8_e5m2 and fp16 caches; vLLM's writer contract (key/value padded past a shorter
-slot_mapping, every negative slot skipped); bad slots leave the cache alone; the error word;
-device scales, and bad ones (their bit, NaN rows); and append then decode inside a replayed
-CUDA graph against the float64 reference."""
+saturated to +-57344, round to nearest even; E4M3 likewise, saturated to +-448, NaN as 0x7F;
+fp16 likewise), from fp16 and bf16 rows, into E5M2 (uint8 with "fp8_e5m2", float8_e5m2),
+E4M3 (uint8 with "fp8" or "fp8_e4m3", float8_e4m3fn) and fp16 caches; vLLM's writer contract
+(key/value padded past a shorter slot_mapping, every negative slot skipped); bad slots leave
+the cache alone; the error word; device scales, and bad ones (their bit, NaN rows); and
+append then decode inside a replayed CUDA graph (E5M2 and E4M3) against the float64
+reference."""
 import math
 
 import pytest
 import torch
 
 import vxqa_torch
-from problems import E5M2_MAX, assert_matches_reference, expected_outputs, kv_cache_dtype_of, random_cache_values
+from problems import assert_matches_reference, encode, expected_outputs, random_cache_values, value_dtype
 
-
-def encode(x, scale, cache_dtype):
-    """What the cache must hold for rows x: x / scale in fp32, in the cache's type."""
-    y = x.float() / torch.tensor(scale, dtype=torch.float32)
-    if cache_dtype == torch.float16:
-        return y.half()
-    codes = y.clamp(-E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2)
-    return codes.view(torch.uint8) if cache_dtype == torch.uint8 else codes
+# The caches written: every dtype, a uint8 one under each string that states its format.
+WRITTEN = [(torch.uint8, "fp8_e5m2"), (torch.float8_e5m2, "auto"), (torch.float16, "auto"), (torch.uint8, "fp8"),
+           (torch.uint8, "fp8_e4m3"), (torch.float8_e4m3fn, "auto"), (torch.float8_e4m3fn, "fp8")]
 
 
 def as_bytes(t):
@@ -28,22 +25,29 @@ def as_bytes(t):
 
 
 @pytest.mark.parametrize("input_dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cache_dtype", [torch.uint8, torch.float8_e5m2, torch.float16])
-def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype):
+@pytest.mark.parametrize("cache_dtype,kv_cache_dtype", WRITTEN, ids=[f"{d}-{s}" for d, s in WRITTEN])
+def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype, kv_cache_dtype):
     g = torch.Generator().manual_seed(7)
     tokens, heads, dim, pages, page_size = 37, 2, 128, 9, 16
     key = (torch.randn(tokens, heads, dim, generator=g) * 4).to(input_dtype)
     value = (torch.randn(tokens, heads, dim, generator=g) * 4).to(input_dtype)
     key[0, 0, :4] = torch.tensor([70000.0, -70000.0, 1e-6, -0.0]).to(input_dtype)  # saturation, underflow, sign
+    # E4M3's edges, as x / k_scale: 470 and -1000 saturate to +-448 (470 would round to the NaN
+    # code), 464 is the tie of 448 and 480 (to 448), 2^-9 the least subnormal, 1.5 * 2^-10
+    # rounds up to it, 2^-10 is the tie with 0 (to 0), -2^-11 gives -0
+    edges = torch.tensor([470.0, -1000.0, 464.0, 2.0**-9, 1.5 * 2.0**-10, 2.0**-10, -2.0**-11])
+    key[1, 0, :7] = (edges * 0.75).to(input_dtype)
+    if value_dtype(cache_dtype, kv_cache_dtype) == torch.float8_e4m3fn:
+        key[2, 1, :2] = torch.tensor([math.nan, -math.nan]).to(input_dtype)  # every NaN as 0x7F
     slots = torch.randperm(pages * page_size, generator=g)[:tokens]
     slots[5] = -1  # skipped
-    k_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
-    v_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
+    k_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda, kv_cache_dtype)
+    v_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda, kv_cache_dtype)
     k_before, v_before = k_cache.clone(), v_cache.clone()
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
     k_scale, v_scale = 0.75, 1.5
     vxqa_torch.append_kv(key.to(cuda), value.to(cuda), slots.to(cuda), k_cache, v_cache,
-                         kv_cache_dtype=kv_cache_dtype_of(k_cache), k_scale=k_scale,
+                         kv_cache_dtype=kv_cache_dtype, k_scale=k_scale,
                          v_scale=torch.tensor([v_scale], device=cuda), errors=errors)
     torch.cuda.synchronize()
     assert errors.item() == 0
@@ -51,25 +55,25 @@ def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype):
     want_k = as_bytes(k_before.cpu().view(-1, heads, dim)).clone()
     want_v = as_bytes(v_before.cpu().view(-1, heads, dim)).clone()
     written = slots >= 0
-    want_k[slots[written]] = as_bytes(encode(key[written], k_scale, cache_dtype))
-    want_v[slots[written]] = as_bytes(encode(value[written], v_scale, cache_dtype))
+    want_k[slots[written]] = as_bytes(encode(key[written], k_scale, cache_dtype, kv_cache_dtype))
+    want_v[slots[written]] = as_bytes(encode(value[written], v_scale, cache_dtype, kv_cache_dtype))
     assert torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)), want_k)
     assert torch.equal(as_bytes(v_cache.cpu().view(-1, heads, dim)), want_v)
 
 
-def expected_cache(before, key, slots, scale):
+def expected_cache(before, key, slots, scale, kv_cache_dtype):
     """The bytes [slot, head, dim * element bytes] a cache must hold after writing key's rows
     at slots (negative ones skipped): the CPU encoder's codes, the rest as before."""
     heads, dim = before.shape[2], before.shape[3]
     want = as_bytes(before.cpu().view(-1, heads, dim)).clone()
     slots = slots.cpu()
     written = slots >= 0
-    want[slots[written]] = as_bytes(encode(key.cpu()[: len(slots)][written], scale, before.dtype))
+    want[slots[written]] = as_bytes(encode(key.cpu()[: len(slots)][written], scale, before.dtype, kv_cache_dtype))
     return want
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.uint8, torch.float8_e5m2, torch.float16])
-def test_append_kv_vllm_padded_rows_and_negative_slots(cuda, cache_dtype):
+@pytest.mark.parametrize("cache_dtype,kv_cache_dtype", WRITTEN, ids=[f"{d}-{s}" for d, s in WRITTEN])
+def test_append_kv_vllm_padded_rows_and_negative_slots(cuda, cache_dtype, kv_cache_dtype):
     """vLLM pads key and value for CUDA graphs, not slot_mapping: num_tokens is
     slot_mapping's length, rows past it are not read, and every negative slot (-1, -7) is
     skipped silently."""
@@ -79,12 +83,13 @@ def test_append_kv_vllm_padded_rows_and_negative_slots(cuda, cache_dtype):
     value = torch.randn(padded, heads, dim, generator=g).half()
     slots = torch.randperm(pages * page_size, generator=g)[:tokens]
     slots[2], slots[6] = -1, -7
-    k_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
-    v_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda)
-    want_k, want_v = expected_cache(k_cache, key, slots, 0.5), expected_cache(v_cache, value, slots, 2.0)
+    k_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda, kv_cache_dtype)
+    v_cache = random_cache_values((pages, page_size, heads, dim), cache_dtype, g, cuda, kv_cache_dtype)
+    want_k = expected_cache(k_cache, key, slots, 0.5, kv_cache_dtype)
+    want_v = expected_cache(v_cache, value, slots, 2.0, kv_cache_dtype)
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
     vxqa_torch.append_kv(key.to(cuda), value.to(cuda), slots.to(cuda), k_cache, v_cache,
-                         kv_cache_dtype=kv_cache_dtype_of(k_cache), k_scale=0.5, v_scale=2.0, errors=errors)
+                         kv_cache_dtype=kv_cache_dtype, k_scale=0.5, v_scale=2.0, errors=errors)
     torch.cuda.synchronize()
     assert errors.item() == 0  # negative slots are not errors
     assert torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)), want_k)
@@ -92,7 +97,8 @@ def test_append_kv_vllm_padded_rows_and_negative_slots(cuda, cache_dtype):
     # The comparison can fail: had the first padded row been written too, to a free slot, it would differ.
     free = next(s for s in range(pages * page_size) if s not in set(slots.tolist()))
     assert not torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)),
-                           expected_cache(k_cache, key, torch.cat([slots, slots.new_tensor([free])]), 0.5))
+                           expected_cache(k_cache, key, torch.cat([slots, slots.new_tensor([free])]), 0.5,
+                                          kv_cache_dtype))
 
 
 def test_append_kv_bad_slots_set_the_error_and_write_nothing(cuda):
@@ -117,7 +123,7 @@ def test_append_kv_no_tokens_is_a_no_op(cuda):
     assert errors.item() == 0 and cache.count_nonzero().item() == 0
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float16])
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float8_e4m3fn, torch.float16])
 @pytest.mark.parametrize("which", ["k", "v"])
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
 def test_append_kv_bad_device_scale_sets_its_bit_and_writes_nan(cuda, cache_dtype, which, bad):
@@ -147,14 +153,16 @@ def test_append_kv_library_checks_name_the_field(cuda, what, field, kw, head_dim
                              kv_cache_dtype="fp8_e5m2", **kw)
 
 
-def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float8_e4m3fn])
+def test_append_then_decode_replayed_in_a_cuda_graph(cuda, cache_dtype):
     """Each replay writes one new token per sequence at its own slot, then decodes over
-    everything written so far; the lengths, slots and rows change between replays."""
+    everything written so far; the lengths, slots and rows change between replays. The
+    cache's dtype says its format (kv_cache_dtype "auto"): E5M2 or E4M3."""
     g = torch.Generator().manual_seed(11)
     batch, heads, group, dim, page_size, max_len = 3, 2, 4, 128, 16, 64
     pages_per_seq = max_len // page_size
     table = torch.randperm(batch * pages_per_seq + 2, generator=g)[: batch * pages_per_seq].view(batch, -1)
-    k_cache = torch.zeros(batch * pages_per_seq + 2, page_size, heads, dim, dtype=torch.float8_e5m2, device=cuda)
+    k_cache = torch.zeros(batch * pages_per_seq + 2, page_size, heads, dim, dtype=cache_dtype, device=cuda)
     v_cache = torch.zeros_like(k_cache)
     block_table = table.int().to(cuda)
     k_scale, v_scale = torch.tensor(0.5, device=cuda), torch.tensor(2.0, device=cuda)
@@ -190,4 +198,4 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda):
     assert_matches_reference(out, lse, want, lens)
     last = table[torch.arange(batch), (start + 11) // page_size] * page_size + (start + 11) % page_size
     stored = k_cache.view(torch.uint8).view(-1, heads, dim)[last.to(cuda)].cpu()
-    assert torch.equal(stored, encode(key.cpu(), 0.5, torch.uint8))
+    assert torch.equal(stored, as_bytes(encode(key.cpu(), 0.5, cache_dtype)))

@@ -1,7 +1,7 @@
 """decode on the GPU against the float64 reference, through both paths: the plain op (plans
 every call) and a DecodePlan (plans once). Fresh random data, random page tables, ragged
 lengths (a length-0 sequence included), out and lse poisoned with NaN first; every cache
-dtype and head dim of the default Configs, fp16 and bf16 q, strided views, scales as device
+dtype and head dim of the default Configs (fp16, E5M2 and E4M3 caches), fp16 and bf16 q, strided views, scales as device
 tensors (and the error bits and NaN of bad ones), the error word, batch 0, CUDA-graph capture
 and replay with changing lengths and scales, torch.compile, opcheck, what a planned call does
 not do (allocate, ask the device), and the checks naming the field."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import CACHE_DTYPES, assert_matches_reference, random_problem
+from problems import CACHES, assert_matches_reference, random_problem
 from vxqa_torch.reference import dequantize
 
 PATHS = ["plain", "planned"]
@@ -42,13 +42,19 @@ def run(p, path="plain", plan=None, **kw):
     (64, "uint8", 16, torch.float16), (128, "float8_e5m2", 16, torch.float16), (256, "uint8", 16, torch.float16),
     (128, "uint8", 7, torch.float16), (256, "float8_e5m2", 5, torch.float16), (64, "float16", 16, torch.float16),
     (128, "float16", 32, torch.float16), (256, "float16", 16, torch.float16), (64, "uint8", 16, torch.bfloat16),
-    (128, "float8_e5m2", 9, torch.bfloat16), (256, "float16", 16, torch.bfloat16)])
+    (128, "float8_e5m2", 9, torch.bfloat16), (256, "float16", 16, torch.bfloat16),
+    # E4M3: vLLM's "fp8" on uint8 caches, and float8_e4m3fn caches under "auto"
+    (64, "uint8 e4m3", 16, torch.float16), (128, "float8_e4m3fn", 16, torch.float16),
+    (256, "uint8 e4m3", 16, torch.bfloat16), (128, "uint8 e4m3", 7, torch.bfloat16),
+    (256, "float8_e4m3fn", 5, torch.float16), (64, "float8_e4m3fn", 9, torch.bfloat16)])
 def test_decode_matches_reference(cuda, path, head_dim, cache, page_size, q_dtype):
     p = random_problem(10 + head_dim + page_size, batch=4, head_dim=head_dim, page_size=page_size, max_len=900,
-                       cache_dtype=CACHE_DTYPES[cache], q_dtype=q_dtype, device=cuda, lengths=[900, 0, 1, 517])
+                       q_dtype=q_dtype, device=cuda, lengths=[900, 0, 1, 517], **CACHES[cache])
     out, lse, errors = run(p, path)
     torch.cuda.synchronize()
     assert errors.item() == 0
+    fmt = "fp16" if cache == "float16" else "e4m3" if "e4m3" in cache else "e5m2"
+    assert p.plan().config_name.split()[1] == fmt  # the family of the cache's format ran
     assert_matches_reference(out, lse, p.reference(), p.seq_lens)
 
 
@@ -62,11 +68,26 @@ def test_a_wrong_answer_fails_the_comparison(cuda):
         assert_matches_reference(out, lse, p.reference(), p.seq_lens)
 
 
+def test_e4m3_codes_read_as_e5m2_fail_the_comparison(cuda):
+    """The format is the string's: an E4M3 cache's answer passes against the reference of its
+    bytes as E4M3 codes and fails against the same bytes read as E5M2."""
+    p = random_problem(13, batch=2, head_dim=128, page_size=16, max_len=300, device=cuda, **CACHES["uint8 e4m3"])
+    out, lse, errors = run(p)
+    torch.cuda.synchronize()
+    assert errors.item() == 0
+    assert_matches_reference(out, lse, p.reference(), p.seq_lens)
+    p.kv_cache_dtype = "fp8_e5m2"
+    with pytest.raises(AssertionError, match="off by"):
+        assert_matches_reference(out, lse, p.reference(), p.seq_lens)
+
+
 @pytest.mark.parametrize("path", PATHS)
-def test_decode_strided_views_and_device_scales(cuda, path):
+@pytest.mark.parametrize("cache", ["uint8", "uint8 e4m3"])
+def test_decode_strided_views_and_device_scales(cuda, path, cache):
     """q a slice of a wider tensor, K and V two halves of one [pages, 2, P, H, D] pool, the
     block table a slice of a wider one; scales as 0-dim and [1] device tensors."""
-    p = random_problem(31, batch=3, kv_heads=2, group=5, head_dim=128, page_size=16, max_len=1200, device=cuda)
+    p = random_problem(31, batch=3, kv_heads=2, group=5, head_dim=128, page_size=16, max_len=1200, device=cuda,
+                       **CACHES[cache])
     q_wide = torch.randn(3, 12, 128 + 64, device=cuda).half()
     q_wide[:, 1:11, :128] = p.q
     kv = torch.stack([p.k_cache, p.v_cache], dim=1)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import CACHE_DTYPES, E5M2_MAX, assert_matches_reference, expected_outputs, random_problem, random_sinks
+from problems import CACHES, assert_matches_reference, encode, expected_outputs, random_problem, random_sinks
 from vxqa_torch._fake import plan_num_chunks
 
 PATHS = ["plain", "planned"]
@@ -30,8 +30,8 @@ def multi_problem(seed, lengths, q_lens, *, group=4, window=0, cap=0.0, sinks=Fa
     """Sequences of `lengths` cached tokens whose last q_lens[b] are query tokens (q_indptr), 2
     KV heads of `group` query heads, q 3x larger (as the variant tests'), and the variant."""
     p = random_problem(seed, batch=len(lengths), kv_heads=2, group=group, head_dim=head_dim, page_size=page_size,
-                       max_len=max_len or max(max(lengths), 1), cache_dtype=CACHE_DTYPES[cache], q_dtype=q_dtype,
-                       device=device, lengths=lengths, q_lens=q_lens, extra_rows=extra_rows)
+                       max_len=max_len or max(max(lengths), 1), q_dtype=q_dtype, device=device, lengths=lengths,
+                       q_lens=q_lens, extra_rows=extra_rows, **CACHES[cache])
     p.q = (p.q.float() * 3).to(q_dtype)
     p.variant = dict(sliding_window=window, logit_softcap=cap,
                      sinks=random_sinks(seed + 1, p.q.shape[1], device) if sinks else None)
@@ -112,7 +112,9 @@ def test_multi_token_matches_reference(cuda, path, what, lengths, q_lens, group,
 @pytest.mark.parametrize("head_dim,cache,page_size,q_dtype", [
     (64, "uint8", 16, torch.float16), (256, "float8_e5m2", 7, torch.float16), (64, "float16", 16, torch.bfloat16),
     (128, "float16", 32, torch.float16), (256, "float16", 16, torch.bfloat16), (128, "uint8", 5, torch.bfloat16),
-    (256, "uint8", 16, torch.bfloat16), (128, "float8_e5m2", 16, torch.float16)])
+    (256, "uint8", 16, torch.bfloat16), (128, "float8_e5m2", 16, torch.float16),
+    (64, "uint8 e4m3", 16, torch.bfloat16), (128, "float8_e4m3fn", 7, torch.float16),
+    (256, "uint8 e4m3", 5, torch.float16), (256, "float8_e4m3fn", 16, torch.bfloat16)])
 def test_every_family_runs_multi_token_queries(cuda, path, head_dim, cache, page_size, q_dtype):
     """Each head dim and cache family's multi-token Config (vxqa::DefaultDecoderConfigs'
     opt::MaxQueryLen<16>: 8 warps, 4 for D 256 fp16), fp16 and bf16 q, ragged tokens, a window
@@ -242,18 +244,19 @@ def test_a_wrong_causal_rule_fails_the_comparison(cuda, path):
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_vllm_speculative_decoding_layout(cuda, path):
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8_e5m2", "fp8"])
+def test_vllm_speculative_decoding_layout(cuda, path, kv_cache_dtype):
     """vLLM's speculative-decoding verification step: each request's bonus token and its
     drafts are this step's tokens (query_start_loc = q_indptr, max_query_len = max_q_len);
     reshape_and_cache_flash (append_kv) writes every token's K/V first, so seq_lens counts them
     all; then attention over the cache, token i seeing keys 0 .. seq_len - n + i. The cache is
-    E5M2 (uint8, "fp8_e5m2") with the layer's scale tensors; the batch is padded (a request of
-    0 tokens, key/value and query rows past the real ones)."""
+    uint8, E5M2 ("fp8_e5m2") or E4M3 (vLLM's "fp8"), with the layer's scale tensors; the batch
+    is padded (a request of 0 tokens, key/value and query rows past the real ones)."""
     num_heads, num_kv_heads, head_size, block_size = 8, 2, 128, 16
     context = [700, 31, 0, 95]  # tokens already cached before this step
     q_lens = [4, 4, 0, 2]  # bonus + 3 drafts; none (a padding request); bonus + 1 draft
     p = multi_problem(1000, [c + n for c, n in zip(context, q_lens)], q_lens, head_dim=head_size, device=cuda,
-                      max_len=800, extra_rows=2)
+                      max_len=800, extra_rows=2, cache="uint8" if kv_cache_dtype == "fp8_e5m2" else "uint8 e4m3")
     k_scale, v_scale = torch.tensor(p.k_scale, device=cuda), torch.tensor(p.v_scale, device=cuda)
     tokens = sum(q_lens)
     g = torch.Generator().manual_seed(1001)
@@ -266,26 +269,25 @@ def test_vllm_speculative_decoding_layout(cuda, path):
             slots.append(p.block_table[b, t // block_size].item() * block_size + t % block_size)
     slot_mapping = torch.tensor(slots, dtype=torch.int64, device=cuda)
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
-    vxqa_torch.append_kv(key, value, slot_mapping, p.k_cache, p.v_cache, kv_cache_dtype="fp8_e5m2", k_scale=k_scale,
-                         v_scale=v_scale, errors=errors)
+    vxqa_torch.append_kv(key, value, slot_mapping, p.k_cache, p.v_cache, kv_cache_dtype=kv_cache_dtype,
+                         k_scale=k_scale, v_scale=v_scale, errors=errors)
     query_start_loc, max_query_len = p.q_indptr, max(q_lens)
     output = torch.full_like(p.q, math.nan)
     kw = dict(k_scale=k_scale, v_scale=v_scale, out=output, errors=errors, q_indptr=query_start_loc,
               max_q_len=max_query_len)
     if path == "plain":
-        vxqa_torch.decode(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, kv_cache_dtype="fp8_e5m2", **kw)
+        vxqa_torch.decode(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, kv_cache_dtype=kv_cache_dtype, **kw)
     else:
         plan = vxqa_torch.DecodePlan(num_q_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_size,
                                      page_size=block_size, max_batch=8, max_context=800, q_dtype=torch.float16,
-                                     kv_cache_dtype="fp8_e5m2", max_q_len=4, device=p.q.device)
+                                     kv_cache_dtype=kv_cache_dtype, max_q_len=4, device=p.q.device)
         plan.run(p.q, p.k_cache, p.v_cache, p.block_table, p.seq_lens, **kw)
     torch.cuda.synchronize()
     assert errors.item() == 0
     assert output[tokens:].isnan().all()
     for cache, rows, scale in ((p.k_cache, key, p.k_scale), (p.v_cache, value, p.v_scale)):  # the rows appended
         written = cache[slot_mapping // block_size, slot_mapping % block_size]
-        y = rows[:tokens].float() / torch.tensor(scale, dtype=torch.float32)
-        assert torch.equal(written, y.clamp(-E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).view(torch.uint8))
+        assert torch.equal(written, encode(rows[:tokens], scale, torch.uint8, kv_cache_dtype))
     assert_matches_reference(output, None, p.reference(), p.seq_lens, p.q_indptr)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import CACHE_DTYPES, assert_matches_reference, random_problem, random_sinks
+from problems import CACHES, assert_matches_reference, random_problem, random_sinks
 from vxqa_torch._fake import plan_num_chunks
 
 PATHS = ["plain", "planned"]
@@ -23,8 +23,8 @@ CAP = 5.0  # with q 3x larger, scores of several units: the cap bends them
 def variant_problem(seed, lengths, *, window=0, cap=0.0, sinks=False, head_dim=128, page_size=16, cache="uint8",
                     q_dtype=torch.float16, device="cuda", max_len=None):
     p = random_problem(seed, batch=len(lengths), kv_heads=2, group=4, head_dim=head_dim, page_size=page_size,
-                       max_len=max_len or max(max(lengths), 1), cache_dtype=CACHE_DTYPES[cache], q_dtype=q_dtype,
-                       device=device, lengths=lengths)
+                       max_len=max_len or max(max(lengths), 1), q_dtype=q_dtype, device=device, lengths=lengths,
+                       **CACHES[cache])
     p.q = (p.q.float() * 3).to(q_dtype)
     p.variant = dict(sliding_window=window, logit_softcap=cap,
                      sinks=random_sinks(seed + 1, p.q.shape[1], device) if sinks else None)
@@ -84,7 +84,9 @@ def test_variant_matches_reference(cuda, path, what, lengths, window, cap, sinks
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("head_dim,cache,page_size,q_dtype", [
     (64, "uint8", 16, torch.float16), (256, "float8_e5m2", 7, torch.float16), (64, "float16", 16, torch.bfloat16),
-    (128, "float16", 32, torch.float16), (256, "float16", 16, torch.bfloat16), (128, "uint8", 5, torch.bfloat16)])
+    (128, "float16", 32, torch.float16), (256, "float16", 16, torch.bfloat16), (128, "uint8", 5, torch.bfloat16),
+    (64, "float8_e4m3fn", 7, torch.float16), (128, "uint8 e4m3", 16, torch.float16),
+    (256, "uint8 e4m3", 5, torch.bfloat16)])
 def test_every_family_runs_the_variants(cuda, path, head_dim, cache, page_size, q_dtype):
     """Each head dim and cache family's variant Config (vxqa::DefaultDecoderConfigs), fp16 and
     bf16 q, page sizes that a window cuts mid-page (7, 5) or that hold it (32)."""

@@ -8,7 +8,11 @@ where there is a GPU, on CUDA tensors too. The attention variants' arguments (sl
 logit_softcap, sinks) are cases of both ops, and against a plan's variant and window; the
 plan's chunk arithmetic (plan_span) is mirrored by the fake kernels. Multi-token queries
 (q_indptr, max_q_len: q, out and lse of a row a query token, the batch the block table's) are
-cases of both ops too, from a valid multi-token call, and against a plan's max_q_len."""
+cases of both ops too, from a valid multi-token call, and against a plan's max_q_len. The
+cache's format: every kv_cache_dtype string against every cache dtype (KV_CACHE_DTYPE_TABLE),
+through the fake kernels' mapping, every tensor op on CPU and meta tensors (an accepted pair is
+the table's format: a plan of it runs the call, a plan of another format refuses it) and
+plan_decode, each refusal word for word."""
 import math
 
 import pytest
@@ -128,16 +132,22 @@ def caches(a, dtype, dim=None):
 # (what is wrong, the argument named, a regex of the refusal's reason, how to make it wrong)
 CACHE_DTYPE_CASES = [
     ("uint8 cache with kv_cache_dtype auto", "k_cache", r"uint8 cache holds fp8 codes of an unstated format "
-     r"\(E5M2 or E4M3; vLLM's \"fp8\" means E4M3\).*kv_cache_dtype=\"fp8_e5m2\"", lambda a: caches(a, torch.uint8)),
-    ("float8_e4m3fn cache", "k_cache", r"E4M3 caches are not supported yet", lambda a: caches(a, torch.float8_e4m3fn)),
-    ("kv_cache_dtype fp8", "kv_cache_dtype", r"\"fp8\" means E4M3 codes: E4M3 caches are not supported yet",
+     r"\(E5M2 or E4M3; vLLM's \"fp8\" means E4M3\).*pass kv_cache_dtype=\"fp8_e5m2\" \(E5M2\) or \"fp8\" / "
+     r"\"fp8_e4m3\" \(E4M3\)", lambda a: caches(a, torch.uint8)),
+    ("kv_cache_dtype fp8 on a float8_e5m2 cache", "k_cache", r"dtype Float8_e5m2 holds E5M2 codes, but kv_cache_dtype "
+     r"\"fp8\" means E4M3 \(for this cache pass kv_cache_dtype \"auto\" or \"fp8_e5m2\"\)$",
      lambda a: a.update(kv_cache_dtype="fp8")),
-    ("kv_cache_dtype fp8_e4m3", "kv_cache_dtype", r"E4M3 caches are not supported yet",
-     lambda a: a.update(kv_cache_dtype="fp8_e4m3")),
+    ("kv_cache_dtype fp8_e5m2 on a float8_e4m3fn cache", "k_cache", r"dtype Float8_e4m3fn holds E4M3 codes, but "
+     r"kv_cache_dtype \"fp8_e5m2\" means E5M2 \(for this cache pass kv_cache_dtype \"auto\", \"fp8\" or "
+     r"\"fp8_e4m3\"\)$", lambda a: (caches(a, torch.float8_e4m3fn), a.update(kv_cache_dtype="fp8_e5m2"))),
+    ("bfloat16 cache", "k_cache", r"dtype BFloat16 is not supported \(bf16 caches are not supported yet",
+     lambda a: caches(a, torch.bfloat16)),
     ("kv_cache_dtype unknown", "kv_cache_dtype", r"\"e5m2\" is not one of \"auto\" .*\"fp8_e5m2\", \"fp8\" or "
-     r"\"fp8_e4m3\"", lambda a: a.update(kv_cache_dtype="e5m2")),
+     r"\"fp8_e4m3\" \(E4M3\)$", lambda a: a.update(kv_cache_dtype="e5m2")),
     ("fp8_e5m2 names an fp16 cache", "k_cache", r"dtype Half does not hold kv_cache_dtype \"fp8_e5m2\"",
      lambda a: (caches(a, torch.float16), a.update(kv_cache_dtype="fp8_e5m2"))),
+    ("fp8_e4m3 names a bf16 cache", "k_cache", r"dtype BFloat16 does not hold kv_cache_dtype \"fp8_e4m3\" \(Byte or "
+     r"Float8_e4m3fn\)$", lambda a: (caches(a, torch.bfloat16), a.update(kv_cache_dtype="fp8_e4m3"))),
 ]
 
 DECODE_CASES = CACHE_DTYPE_CASES + [
@@ -235,6 +245,12 @@ PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
      lambda a: a.update(plan=fake_plan(a["q"].device, head_dim=128))),
     ("plan for an fp16 cache", "k_cache", r"an e5m2 cache, the plan was made for fp16",
      lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.FP16))),
+    ("plan for an e4m3 cache", "k_cache", r"an e5m2 cache, the plan was made for e4m3 \(a DecodePlan serves one "
+     r"model shape", lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.E4M3))),
+    ("plan for an e5m2 cache, an e4m3 one given", "k_cache", r"an e4m3 cache, the plan was made for e5m2",
+     lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
+    ("plan with an unknown cache type", "plan", r"cache type 4 is not e5m2, e4m3 or fp16$",
+     lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=4))),
     ("plan for bf16 q", "q", r"dtype Half differs from the plan's BFloat16",
      lambda a: a.update(plan=fake_plan(a["q"].device, qo_type=vxqa_torch._fake.BF16_Q))),
     ("plan for page 32", "k_cache", r"page_size 16 differs from the plan's 32",
@@ -425,6 +441,13 @@ ACCEPTED = [
      lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8_e5m2"))),
     ("decode", "float8_e5m2 cache with kv_cache_dtype fp8_e5m2", lambda a: a.update(kv_cache_dtype="fp8_e5m2")),
     ("decode", "fp16 cache with kv_cache_dtype auto", lambda a: caches(a, torch.float16)),
+    ("decode", "uint8 cache with kv_cache_dtype fp8 (vLLM's E4M3)",
+     lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
+    ("decode", "float8_e4m3fn cache with kv_cache_dtype fp8_e4m3",
+     lambda a: (caches(a, torch.float8_e4m3fn), a.update(kv_cache_dtype="fp8_e4m3"))),
+    ("decode_planned", "an E4M3 cache on a plan for e4m3", lambda a: (caches(a, torch.float8_e4m3fn), a.update(
+        plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.E4M3)))),
+    ("decode multi-token", "an E4M3 cache", lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
     ("decode", "head dim 256", lambda a: (caches(a, torch.float16, 256), a.update(
         q=a["q"].new_zeros(B, HKV * G, 256), out=a["out"].new_zeros(B, HKV * G, 256)))),
     ("decode", "batch 0", lambda a: a.update(q=a["q"][:0], out=a["out"][:0], block_table=a["block_table"][:0],
@@ -481,6 +504,9 @@ ACCEPTED = [
     ("append_kv", "no tokens", lambda a: a.update(slot_mapping=a["slot_mapping"][:0])),
     ("append_kv", "uint8 cache with kv_cache_dtype fp8_e5m2",
      lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8_e5m2"))),
+    ("append_kv", "uint8 cache with kv_cache_dtype fp8 (E4M3)",
+     lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
+    ("append_kv", "float8_e4m3fn cache with kv_cache_dtype auto", lambda a: caches(a, torch.float8_e4m3fn)),
     ("decode", "one KV head: v_cache's stride there differs from k_cache's", lambda a: one_kv_head_odd_stride(a)),
     ("append_kv", "one KV head: v_cache's stride there differs from k_cache's",
      lambda a: (one_kv_head_odd_stride(a), a.update(key=a["key"][:, :1], value=a["value"][:, :1]))),
@@ -501,6 +527,121 @@ def test_accepted_arguments(device, op, what, change):
     a = make_args(device)
     change(a)
     cpu_refusal(call, a)
+
+
+# ---- kv_cache_dtype: every string against every cache dtype ----
+
+CACHE_TENSOR_DTYPES = {"uint8": torch.uint8, "float8_e5m2": torch.float8_e5m2, "float8_e4m3fn": torch.float8_e4m3fn,
+                       "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+UNSTATED = ('{name}: a uint8 cache holds fp8 codes of an unstated format (E5M2 or E4M3; vLLM\'s "fp8" means E4M3), '
+            'which kv_cache_dtype "auto" cannot tell: pass kv_cache_dtype="fp8_e5m2" (E5M2) or "fp8" / "fp8_e4m3" '
+            '(E4M3), or the cache as a torch.float8_e5m2 or torch.float8_e4m3fn view')
+BF16 = ("{name}: dtype BFloat16 is not supported (bf16 caches are not supported yet: vxqa reads fp16, E5M2 and E4M3 "
+        "caches)")
+FLOAT32 = ('{name}: dtype Float is not supported (Half, Float8_e5m2 or Float8_e4m3fn, or Byte with kv_cache_dtype '
+           '"fp8_e5m2", "fp8" or "fp8_e4m3")')
+E4M3_UNDER_E5M2 = ('{name}: dtype Float8_e4m3fn holds E4M3 codes, but kv_cache_dtype "fp8_e5m2" means E5M2 (for this '
+                   'cache pass kv_cache_dtype "auto", "fp8" or "fp8_e4m3")')
+
+
+def e5m2_under(kv):
+    return (f'{{name}}: dtype Float8_e5m2 holds E5M2 codes, but kv_cache_dtype "{kv}" means E4M3 (for this cache '
+            f'pass kv_cache_dtype "auto" or "fp8_e5m2")')
+
+
+def not_held(dtype, kv, own):
+    return f'{{name}}: dtype {dtype} does not hold kv_cache_dtype "{kv}" (Byte or {own})'
+
+
+def e4m3_rows(kv):
+    """The table's rows of a string that names E4M3."""
+    return {(kv, "uint8"): "e4m3", (kv, "float8_e4m3fn"): "e4m3", (kv, "float8_e5m2"): e5m2_under(kv),
+            (kv, "float16"): not_held("Half", kv, "Float8_e4m3fn"),
+            (kv, "bfloat16"): not_held("BFloat16", kv, "Float8_e4m3fn"),
+            (kv, "float32"): not_held("Float", kv, "Float8_e4m3fn")}
+
+
+def unknown(kv):
+    return (f'kv_cache_dtype: "{kv}" is not one of "auto" (the cache\'s dtype says), "fp8_e5m2", "fp8" or "fp8_e4m3" '
+            f'(E4M3)')
+
+
+# (kv_cache_dtype, the caches' dtype): the format vxqa runs ("e5m2", "e4m3", "fp16"), or the
+# refusal word for word ({name}: the cache's argument, k_cache or plan_decode's cache_dtype).
+KV_CACHE_DTYPE_TABLE = {
+    # "auto": the dtype says; a uint8 cache could be either fp8 format, bf16 is not supported yet
+    ("auto", "uint8"): UNSTATED, ("auto", "float8_e5m2"): "e5m2", ("auto", "float8_e4m3fn"): "e4m3",
+    ("auto", "float16"): "fp16", ("auto", "bfloat16"): BF16, ("auto", "float32"): FLOAT32,
+    # "fp8_e5m2": uint8 or float8_e5m2
+    ("fp8_e5m2", "uint8"): "e5m2", ("fp8_e5m2", "float8_e5m2"): "e5m2", ("fp8_e5m2", "float8_e4m3fn"): E4M3_UNDER_E5M2,
+    ("fp8_e5m2", "float16"): not_held("Half", "fp8_e5m2", "Float8_e5m2"),
+    ("fp8_e5m2", "bfloat16"): not_held("BFloat16", "fp8_e5m2", "Float8_e5m2"),
+    ("fp8_e5m2", "float32"): not_held("Float", "fp8_e5m2", "Float8_e5m2"),
+    # "fp8" (vLLM's default fp8) and "fp8_e4m3": E4M3, uint8 or float8_e4m3fn
+    **e4m3_rows("fp8"), **e4m3_rows("fp8_e4m3"),
+    # strings vxqa does not take, whatever the dtype
+    ("fp8_inc", "uint8"): unknown("fp8_inc"), ("e4m3", "float8_e4m3fn"): unknown("e4m3"),
+    ("bfloat16", "bfloat16"): unknown("bfloat16"), ("", "float16"): unknown(""),
+}
+KV_TABLE_CASES = [(kv, dtype, want) for (kv, dtype), want in KV_CACHE_DTYPE_TABLE.items()]
+KV_TABLE_IDS = [f"{kv or '(empty)'} {dtype}" for kv, dtype, _ in KV_TABLE_CASES]
+FORMAT_CODES = {"e5m2": vxqa_torch._fake.E5M2, "e4m3": vxqa_torch._fake.E4M3, "fp16": vxqa_torch._fake.FP16}
+OTHER_FORMAT = {"e5m2": "e4m3", "e4m3": "e5m2", "fp16": "e5m2"}
+
+
+def test_the_table_covers_every_string_and_dtype():
+    """Every string the ops take, with every dtype a cache could come in."""
+    assert {(kv, dtype) for kv in vxqa_torch.KV_CACHE_DTYPES for dtype in CACHE_TENSOR_DTYPES} <= set(
+        KV_CACHE_DTYPE_TABLE)
+
+
+@pytest.mark.parametrize("kv_cache_dtype,dtype,want", KV_TABLE_CASES, ids=KV_TABLE_IDS)
+def test_fake_cache_format_maps_each_string_and_dtype(kv_cache_dtype, dtype, want):
+    """The fake kernels' mapping (the one torch.compile traces) on its own."""
+    if want in FORMAT_CODES:
+        fmt = vxqa_torch._fake.cache_format(kv_cache_dtype, CACHE_TENSOR_DTYPES[dtype], "k_cache")
+        assert fmt == FORMAT_CODES[want]
+    else:
+        with pytest.raises(ValueError) as refusal:
+            vxqa_torch._fake.cache_format(kv_cache_dtype, CACHE_TENSOR_DTYPES[dtype], "k_cache")
+        assert str(refusal.value) == want.format(name="k_cache")
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("op", ["decode", "decode_planned", "append_kv"])
+@pytest.mark.parametrize("kv_cache_dtype,dtype,want", KV_TABLE_CASES, ids=KV_TABLE_IDS)
+def test_each_op_maps_each_string_and_dtype(device, op, kv_cache_dtype, dtype, want):
+    """Every op, through the C++ checks (cpu) and the fake kernels (meta): an accepted pair
+    passes every check, and against a plan it is the table's format (a plan of that format
+    runs it, one of another format names both); a refused pair raises the table's message."""
+    make_args, call = OPS[op]
+    a = make_args(device)
+    caches(a, CACHE_TENSOR_DTYPES[dtype])
+    a["kv_cache_dtype"] = kv_cache_dtype
+    if want not in FORMAT_CODES:
+        with pytest.raises(ValueError) as refusal:
+            call(a)
+        assert str(refusal.value) == want.format(name="k_cache")
+        return
+    if op == "decode_planned":
+        a["plan"] = fake_plan(device, cache_type=FORMAT_CODES[want])
+    cpu_refusal(call, a)
+    if op == "decode_planned":
+        other = OTHER_FORMAT[want]
+        a["plan"] = fake_plan(device, cache_type=FORMAT_CODES[other])
+        with pytest.raises(ValueError, match=rf"^k_cache: an {want} cache, the plan was made for {other} "):
+            call(a)
+
+
+@pytest.mark.parametrize("kv_cache_dtype,dtype,want", KV_TABLE_CASES, ids=KV_TABLE_IDS)
+def test_plan_decode_maps_each_string_and_dtype(kv_cache_dtype, dtype, want):
+    """plan_decode (DecodePlan's op) takes the same pairs: an accepted one gets as far as the
+    device (a CPU one here), a refused one names cache_dtype (or kv_cache_dtype)."""
+    with pytest.raises(ValueError) as refusal:
+        torch.ops.vxqa.plan_decode(HKV, G, D, P, 4, 64, torch.half, kv_cache_dtype, CACHE_TENSOR_DTYPES[dtype],
+                                   torch.device("cpu"))
+    accepted = "device: must be a CUDA device, got cpu"
+    assert str(refusal.value) == (accepted if want in FORMAT_CODES else want.format(name="cache_dtype"))
 
 
 def test_error_bits_are_one_set():
@@ -542,7 +683,11 @@ def test_the_fake_kernels_are_pythons():
 
 PLAN_DECODE_CASES = [  # (what is wrong, the argument named, reason, plan_decode's keyword arguments changed)
     ("a CPU device", "device", r"must be a CUDA device, got cpu", dict(device="cpu")),
-    ("kv_cache_dtype fp8", "kv_cache_dtype", r"E4M3 caches are not supported yet", dict(kv_cache_dtype="fp8")),
+    ("kv_cache_dtype fp8, on the CPU", "device", r"must be a CUDA device, got cpu", dict(kv_cache_dtype="fp8")),
+    ("kv_cache_dtype fp8 with a float8_e5m2 cache", "cache_dtype", r"dtype Float8_e5m2 holds E5M2 codes, but "
+     r"kv_cache_dtype \"fp8\" means E4M3", dict(kv_cache_dtype="fp8", cache_dtype=torch.float8_e5m2)),
+    ("auto with a bf16 cache", "cache_dtype", r"bf16 caches are not supported yet",
+     dict(kv_cache_dtype="auto", cache_dtype=torch.bfloat16)),
     ("auto with a uint8 cache", "cache_dtype", r"uint8 cache holds fp8 codes of an unstated format",
      dict(kv_cache_dtype="auto", cache_dtype=torch.uint8)),
     ("fp8_e5m2 with an fp16 cache", "cache_dtype", r"dtype Half does not hold kv_cache_dtype",

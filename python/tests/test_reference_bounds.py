@@ -23,13 +23,18 @@ problems.assert_matches_reference), on the CPU: a port of the C++ error model
   sequence all of whose tokens are queries by hand; a bad q_indptr refused; a simulated kernel
   with ragged counts passes; and rows of a wrong rule fail (no causal mask, a key short, a key
   late, the window at the sequence's end, two tokens' rows swapped).
+- The caches' formats: dequantize reads all 256 E4M3 codes (uint8 under "fp8" / "fp8_e4m3",
+  float8_e4m3fn) and E5M2 codes by the OCP definitions, and refuses what the ops refuse; an
+  E4M3 problem's reference and model are those of its values in fp16, bit for bit, and its
+  bytes read as E5M2 fail the bound; the rounded reference and the simulated kernel pass with
+  E4M3 caches too.
 """
 import math
 
 import pytest
 import torch
 
-from problems import assert_matches_reference, expected_outputs, random_problem, random_sinks
+from problems import CACHES, assert_matches_reference, expected_outputs, random_problem, random_sinks
 from vxqa_torch.reference import (LN2, LOG2E, decode_error_model, decode_reference, dequantize, error_bounds,
                                   query_rows, visible_keys)
 
@@ -82,7 +87,8 @@ def simulated_kernel(p, chunk=64):
         cap_log2 = t32(cap) * t32(LOG2E)
         qk_scale = qk_scale / cap_log2  # the argument's factor
     sink_log2 = None if sinks is None else sinks.cpu().to(f32).reshape(kv_heads, group) * t32(LOG2E)
-    keys, values = dequantize(p.k_cache, 1.0).to(f32), dequantize(p.v_cache, 1.0).to(f32)  # exact
+    keys = dequantize(p.k_cache, 1.0, p.kv_cache_dtype).to(f32)  # exact
+    values = dequantize(p.v_cache, 1.0, p.kv_cache_dtype).to(f32)
     out = torch.full((batch, q_heads, dim), math.nan, dtype=p.q.dtype)
     lse = torch.full((batch, q_heads), math.nan)
     page = keys.shape[1]
@@ -133,13 +139,13 @@ def simulated_kernel(p, chunk=64):
 
 # ---- a correct kernel's roundings pass ----
 
-@pytest.mark.parametrize("cache_dtype", [torch.uint8, torch.float16])
+@pytest.mark.parametrize("cache", ["uint8", "float16", "uint8 e4m3"])
 @pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16])
-def test_the_reference_rounded_and_a_simulated_kernel_pass(cache_dtype, q_dtype):
+def test_the_reference_rounded_and_a_simulated_kernel_pass(cache, q_dtype):
     worst = {}
     for seed, lengths in enumerate([[1, 0, 2], [17, 100, 64], [900, 65, 129], [5000, 3, 0]]):
-        p = random_problem(100 + seed, batch=3, head_dim=64, page_size=16, max_len=max(lengths),
-                           cache_dtype=cache_dtype, q_dtype=q_dtype, device="cpu", lengths=lengths)
+        p = random_problem(100 + seed, batch=3, head_dim=64, page_size=16, max_len=max(lengths), q_dtype=q_dtype,
+                           device="cpu", lengths=lengths, **CACHES[cache])
         want = p.reference()
         rounded = want.out.to(q_dtype), want.lse.float()
         assert_matches_reference(*rounded, want, p.seq_lens)
@@ -395,7 +401,8 @@ def naive_reference(p, window=0, cap=0.0, sinks=None):
     kv_heads, page = p.k_cache.shape[2], p.k_cache.shape[1]
     group = q_heads // kv_heads
     scale = p.softmax_scale if p.softmax_scale is not None else 1 / math.sqrt(dim)
-    keys, values = dequantize(p.k_cache, p.k_scale).tolist(), dequantize(p.v_cache, p.v_scale).tolist()
+    keys = dequantize(p.k_cache, p.k_scale, p.kv_cache_dtype).tolist()
+    values = dequantize(p.v_cache, p.v_scale, p.kv_cache_dtype).tolist()
     table, qs = p.block_table.tolist(), p.q.double().tolist()
     out = [[[0.0] * dim for _ in range(q_heads)] for _ in range(batch)]
     lse = [[-math.inf] * q_heads for _ in range(batch)]
@@ -679,7 +686,8 @@ def naive_multi_reference(p, window=0, cap=0.0, sinks=None):
     kv_heads, page = p.k_cache.shape[2], p.k_cache.shape[1]
     group = q_heads // kv_heads
     scale = p.softmax_scale if p.softmax_scale is not None else 1 / math.sqrt(dim)
-    keys, values = dequantize(p.k_cache, p.k_scale).tolist(), dequantize(p.v_cache, p.v_scale).tolist()
+    keys = dequantize(p.k_cache, p.k_scale, p.kv_cache_dtype).tolist()
+    values = dequantize(p.v_cache, p.v_scale, p.kv_cache_dtype).tolist()
     table, qs, offsets = p.block_table.tolist(), p.q.double().tolist(), p.q_indptr.tolist()
     out = [[[math.nan] * dim for _ in range(q_heads)] for _ in range(rows)]
     lse = [[math.nan] * q_heads for _ in range(rows)]
@@ -814,3 +822,86 @@ def test_a_wrong_multi_token_answer_fails(wrong, variant):
         bad_out[[3, 4]] = want.out[[4, 3]]
     with pytest.raises(AssertionError, match=r"sequence \d+ token \d+ \(row \d+\): out off by"):
         assert_matches_reference(bad_out.half(), None, want, p.seq_lens, p.q_indptr)
+
+
+# ---- the caches' formats ----
+
+def ocp_e4m3(code):
+    """OCP E4M3 (float8_e4m3fn) from its definition: sign | 4 exponent bits (bias 7) | 3
+    mantissa bits; exponent 0 subnormal (mantissa / 8 * 2^-6); no inf: S.1111.111 is NaN and
+    the rest of exponent 15 ordinary, up to 448."""
+    sign = -1.0 if code & 0x80 else 1.0
+    exponent, mantissa = (code >> 3) & 15, code & 7
+    if exponent == 15 and mantissa == 7:
+        return math.nan
+    if exponent == 0:
+        return sign * mantissa / 8 * 2.0**-6
+    return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
+def ocp_e5m2(code):
+    """OCP E5M2 from its definition: bias 15, 2 mantissa bits, exponent 31 inf or NaN."""
+    sign = -1.0 if code & 0x80 else 1.0
+    exponent, mantissa = (code >> 2) & 31, code & 3
+    if exponent == 31:
+        return sign * math.inf if mantissa == 0 else math.nan
+    if exponent == 0:
+        return sign * mantissa / 4 * 2.0**-14
+    return sign * (1 + mantissa / 4) * 2.0 ** (exponent - 15)
+
+
+def assert_same_values(got, want):
+    """Element by element equal, a NaN to a NaN and a zero of the same sign."""
+    for code, (g, w) in enumerate(zip(got, want)):
+        assert (math.isnan(g) and math.isnan(w)) or (g == w and math.copysign(1, g) == math.copysign(1, w)), (
+            f"code {code:#04x}: {g} != {w}")
+
+
+@pytest.mark.parametrize("kv_cache_dtype,dtype", [("fp8", torch.uint8), ("fp8_e4m3", torch.uint8),
+                                                  ("auto", torch.float8_e4m3fn), ("fp8", torch.float8_e4m3fn)])
+def test_dequantize_reads_every_e4m3_code_by_its_definition(kv_cache_dtype, dtype):
+    """E4M3 by torch's float8_e4m3fn conversion agrees with the OCP definition on all 256 codes
+    (448 the largest, 2^-9 the least, 0x7F and 0xFF NaN), times the scale."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+    assert_same_values(dequantize(codes, 2.0, kv_cache_dtype).tolist(), [2 * ocp_e4m3(c) for c in range(256)])
+    assert ocp_e4m3(0x7E) == 448 and ocp_e4m3(0x01) == 2.0**-9 and math.isnan(ocp_e4m3(0xFF))
+
+
+@pytest.mark.parametrize("kv_cache_dtype,dtype", [(None, torch.uint8), ("fp8_e5m2", torch.uint8),
+                                                  ("auto", torch.float8_e5m2), (None, torch.float8_e5m2)])
+def test_dequantize_reads_every_e5m2_code_by_its_definition(kv_cache_dtype, dtype):
+    """E5M2 as before: a uint8 cache without kv_cache_dtype holds E5M2 codes."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+    assert_same_values(dequantize(codes, 0.5, kv_cache_dtype).tolist(), [0.5 * ocp_e5m2(c) for c in range(256)])
+
+
+def test_dequantize_refuses_what_the_ops_refuse():
+    with pytest.raises(ValueError, match=r"^cache: a uint8 cache holds fp8 codes of an unstated format"):
+        dequantize(torch.zeros(4, dtype=torch.uint8), 1.0, "auto")
+    with pytest.raises(ValueError, match=r"^cache: dtype Float8_e5m2 holds E5M2 codes, but kv_cache_dtype \"fp8\" "
+                                         r"means E4M3"):
+        dequantize(torch.zeros(4, dtype=torch.float8_e5m2), 1.0, "fp8")
+
+
+@pytest.mark.parametrize("cache", ["uint8 e4m3", "float8_e4m3fn"])
+def test_an_e4m3_problem_is_its_values_in_fp16(cache):
+    """Every E4M3 value is an fp16 value, so the reference and the model of an E4M3 problem
+    are, bit for bit, those of its values in fp16 caches (the format adds no error term: it
+    decodes exactly). Its bytes read as E5M2 give another answer, which fails the bound."""
+    p = random_problem(140, batch=3, head_dim=64, page_size=16, max_len=300, device="cpu", lengths=[300, 0, 77],
+                       **CACHES[cache])
+    want = p.reference()
+
+    def as_fp16(c):
+        values = dequantize(c, 1.0, p.kv_cache_dtype)
+        assert torch.equal(values.half().double(), values)  # exactly
+        return values.half()
+
+    same = expected_outputs(p.q, as_fp16(p.k_cache), as_fp16(p.v_cache), p.block_table, p.seq_lens, p.softmax_scale,
+                            p.k_scale, p.v_scale)
+    assert all(torch.equal(a, b) for a, b in zip((want.out, want.lse, *want.model), (same.out, same.lse, *same.model)))
+    assert_matches_reference(want.out.half(), want.lse.float(), want, p.seq_lens)
+    as_e5m2 = expected_outputs(p.q, p.k_cache.view(torch.uint8), p.v_cache.view(torch.uint8), p.block_table,
+                               p.seq_lens, p.softmax_scale, p.k_scale, p.v_scale, kv_cache_dtype="fp8_e5m2")
+    with pytest.raises(AssertionError, match=r"out off by"):
+        assert_matches_reference(want.out.half(), want.lse.float(), as_e5m2, p.seq_lens)

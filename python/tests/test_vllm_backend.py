@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import E5M2_MAX, assert_matches_reference, expected_outputs, random_problem
+from problems import assert_matches_reference, encode, expected_outputs, random_problem
 
 PAD_SLOT_ID = -1  # vLLM's slot for a padding token
 
@@ -72,15 +72,6 @@ class Layer:
     _v_scale: torch.Tensor
 
 
-def encode(x, scale, cache_dtype):
-    """What the cache holds for rows x (the CPU encoder): x / scale in fp32, E5M2 saturated."""
-    y = x.float().cpu() / scale
-    if cache_dtype == torch.float16:
-        return y.half()
-    codes = y.clamp(-E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2)
-    return codes.view(torch.uint8) if cache_dtype == torch.uint8 else codes
-
-
 class Engine:
     """A model's decode loop around one attention layer: requests, their blocks, and the
     metadata a scheduler would build each step (padded to the graph's batch)."""
@@ -91,7 +82,7 @@ class Engine:
         self.num_heads, self.num_kv_heads, self.head_size, self.block_size = 8, 2, 128, 16
         self.max_num_seqs, self.max_blocks = 8, 12  # a request holds up to 192 tokens
         self.num_blocks = self.max_num_seqs * self.max_blocks + 3
-        self.cache_dtype = cache_dtype
+        self.cache_dtype, self.kv_cache_dtype = cache_dtype, kv_cache_dtype
         shape = (self.num_blocks, self.block_size, self.num_kv_heads, self.head_size)
         if hnd:  # FlashInfer's HND: [blocks, 2, heads, block_size, head_size] in memory, viewed as NHD
             kv = torch.zeros(self.num_blocks, 2, self.num_kv_heads, self.block_size, self.head_size,
@@ -138,14 +129,15 @@ class Engine:
         q = query.view(-1, self.num_heads, self.head_size)[:num_reqs]
         out = output.cpu().view(-1, self.num_heads, self.head_size)[:num_reqs]
         want = expected_outputs(q, key_cache, value_cache, metadata.block_table, metadata.seq_lens, None,
-                                self.layer._k_scale.item(), self.layer._v_scale.item())
+                                self.layer._k_scale.item(), self.layer._v_scale.item(),
+                                kv_cache_dtype=self.kv_cache_dtype)
         # vLLM asks for no LSE: only out is compared.
         assert_matches_reference(out, None, want, metadata.seq_lens)
         slots = sorted(self.written)
         for cache, which, scale in ((key_cache, 0, 0.5), (value_cache, 1, 2.0)):
             rows = cache.reshape(-1, self.num_kv_heads, self.head_size).view(torch.uint8)
-            want = torch.stack([encode(self.written[s][which].view(self.num_kv_heads, -1), scale, self.cache_dtype)
-                                for s in slots])
+            want = torch.stack([encode(self.written[s][which].view(self.num_kv_heads, -1).cpu(), scale,
+                                       self.cache_dtype, self.kv_cache_dtype) for s in slots])
             assert torch.equal(rows[slots], want.view(torch.uint8)), f"cache {which}: a written row differs"
             untouched = torch.ones(rows.shape[0], dtype=torch.bool)
             untouched[slots] = False
@@ -153,8 +145,9 @@ class Engine:
 
 
 @pytest.mark.parametrize("hnd", [False, True], ids=["NHD", "HND view"])
-def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd):
-    engine = Engine(cuda, hnd=hnd)
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8_e5m2", "fp8"])  # vLLM's uint8 cache, E5M2 or E4M3 (its "fp8")
+def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd, kv_cache_dtype):
+    engine = Engine(cuda, hnd=hnd, kv_cache_dtype=kv_cache_dtype)
     d = lambda t: t.to(cuda)  # noqa: E731
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
 
@@ -164,7 +157,7 @@ def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd):
         k = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).half()
         v = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).half()
         slots = torch.tensor([engine.slot(r, i) for i in range(n)])
-        vxqa_torch.append_kv(d(k), d(v), d(slots), *engine.kv_cache.unbind(0), kv_cache_dtype="fp8_e5m2",
+        vxqa_torch.append_kv(d(k), d(v), d(slots), *engine.kv_cache.unbind(0), kv_cache_dtype=kv_cache_dtype,
                              k_scale=engine.layer._k_scale, v_scale=engine.layer._v_scale, errors=errors)
         for i, s in enumerate(slots.tolist()):
             engine.written[s] = (k[i].flatten(), v[i].flatten())
@@ -206,12 +199,14 @@ def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd):
 
 
 def test_vllm_uint8_cache_needs_its_format_stated():
-    """vLLM allocates fp8 caches as uint8: "auto" cannot tell E5M2 from E4M3 and refuses
-    (refused before the device is asked anything, so this runs on CPU)."""
+    """vLLM allocates fp8 caches as uint8: "auto" cannot tell E5M2 from E4M3 and refuses;
+    "fp8" (vLLM's default, E4M3), "fp8_e4m3" and "fp8_e5m2" state the format, so the plan gets
+    as far as the device (refused before the device is asked anything, so this runs on CPU)."""
     with pytest.raises(ValueError, match=r"^cache_dtype: a uint8 cache holds fp8 codes of an unstated format"):
         Engine(torch.device("cpu"), kv_cache_dtype="auto")
-    with pytest.raises(ValueError, match=r"^kv_cache_dtype: \"fp8\" means E4M3 codes"):
-        Engine(torch.device("cpu"), kv_cache_dtype="fp8")
+    for stated in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        with pytest.raises(ValueError, match=r"^device: must be a CUDA device, got cpu"):
+            Engine(torch.device("cpu"), kv_cache_dtype=stated)
 
 
 @dataclass

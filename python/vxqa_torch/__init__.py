@@ -1,5 +1,5 @@
-"""vxqa's torch ops: decode attention over a paged FP8 E5M2 (or fp16) KV cache, and the
-writer that puts each step's new K/V into it. docs/torch.md is the guide, docs/vllm.md the
+"""vxqa's torch ops: decode attention over a paged FP8 (E5M2 or E4M3) or fp16 KV cache, and
+the writer that puts each step's new K/V into it. docs/torch.md is the guide, docs/vllm.md the
 mapping from a vLLM attention backend.
 
     vxqa_torch.append_kv(key, value, slot_mapping, k_cache, v_cache, kv_cache_dtype="fp8_e5m2")
@@ -84,14 +84,18 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
     q            float16 or bfloat16 [batch, num_q_heads, head_dim], the last dimension contiguous
                  (with q_indptr [num_tokens, num_q_heads, head_dim]: a row a query token).
     k_cache      [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD, any strides but
-    v_cache      the last): float8_e5m2 or float16, or uint8 holding E5M2 codes with
-                 kv_cache_dtype="fp8_e5m2"; K and V share dtype, shape and strides.
-                 Query head h reads KV head h // group.
+    v_cache      the last): float16, float8_e5m2 (E5M2) or float8_e4m3fn (E4M3), or uint8
+                 holding fp8 codes of the format kv_cache_dtype states; K and V share dtype,
+                 shape and strides. Query head h reads KV head h // group.
     block_table  int32 [batch, max_pages_per_seq]: page ids in [0, num_pages).
     seq_lens     int32 [batch]: each sequence's tokens in the cache, this step's included;
                  read on the device at every launch (graph-safe). 0 gives out 0, lse -inf.
-    kv_cache_dtype  vLLM's string: "auto" (the cache's dtype says; uint8 is refused) or
-                 "fp8_e5m2"; "fp8" and "fp8_e4m3" (E4M3) are refused for now.
+    kv_cache_dtype  vLLM's string: "auto" (the cache's dtype says; uint8 is refused, its
+                 bytes do not say E5M2 from E4M3), "fp8_e5m2" (E5M2), "fp8" or "fp8_e4m3"
+                 (E4M3: vLLM's "fp8"). An fp8 string takes uint8 or its own float8 dtype, and
+                 refuses the other one. bf16 caches are not supported yet. E4M3 is decoded
+                 exactly: the hardware cvt on sm_89 and newer, a bit-move on SM70, SM75,
+                 sm_80 and sm_86.
     softmax_scale  default 1 / sqrt(head_dim).
     k_scale, v_scale  real = stored * scale: a float, or a one-element float32 CUDA tensor.
     max_context  the plan's capacity (default block_table.size(1) * page_size): lengths
@@ -159,7 +163,9 @@ class DecodePlan:
                                 block table passed to run() must hold max_context tokens).
     q_dtype                     float16 or bfloat16 (q and out).
     kv_cache_dtype, cache_dtype vLLM's string as for decode(), and the cache tensors' dtype
-                                ("auto" needs it; "fp8_e5m2" takes uint8 or float8_e5m2).
+                                ("auto" needs it; an fp8 string takes uint8, the default, or
+                                its float8 dtype: "fp8_e5m2" float8_e5m2, "fp8" and
+                                "fp8_e4m3" float8_e4m3fn).
     device                      default: the current CUDA device.
 
     The attention variants its runs may use (each off by default; a plan with one runs on
@@ -191,7 +197,7 @@ class DecodePlan:
         if cache_dtype is None:
             if kv_cache_dtype == "auto":
                 raise ValueError('cache_dtype: needed with kv_cache_dtype "auto" (the cache\'s dtype says its format)')
-            cache_dtype = torch.uint8  # "fp8_e5m2" runs on uint8 and float8_e5m2 caches alike
+            cache_dtype = torch.uint8  # the plan keeps the format only: it runs on float8 views too
         variant, max_window = _plan_variant(sliding_window, logit_softcap, sinks)
         q_len = _plan_max_q_len(max_q_len)
         device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
@@ -224,8 +230,8 @@ class DecodePlan:
 
     @property
     def config_name(self):
-        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16" (with a variant, e.g.
-        "D128 e5m2 fp16 W4 page* +window +softcap +sinks")."""
+        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16" or "D128 e4m3 bf16 W4 page16"
+        (with a variant, e.g. "D128 e5m2 fp16 W4 page* +window +softcap +sinks")."""
         return torch.ops.vxqa.describe_plan(self.ints)
 
     @property
@@ -318,7 +324,8 @@ def append_kv(key, value, slot_mapping, k_cache, v_cache, *, kv_cache_dtype="aut
                  every negative slot skips its token; one at or past the pool sets
                  APPEND_ERROR_BAD_SLOT and is not written.
     k_cache, v_cache  as in decode(); written in place. E5M2 stores x / scale rounded to
-                 nearest even, saturated to +-57344; fp16 caches store x / scale.
+                 nearest even, saturated to +-57344; E4M3 likewise, saturated to +-448, every
+                 NaN as 0x7F; fp16 caches store x / scale.
     kv_cache_dtype  as in decode().
     k_scale, v_scale  a float, or a one-element float32 CUDA tensor.
     errors       optional int32 CUDA tensor of one element: the ERROR bits are OR-ed in.

@@ -31,8 +31,15 @@ _DTYPE_NAMES = {
 }
 
 HEAD_DIMS = (64, 128, 256)  # vxqa::DefaultDecoderConfigs
-KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8", "fp8_e4m3")  # accepted strings; the last two are refused for now
-E5M2, FP16 = 1, 2  # vxqa::KvType values (kUnset = 0)
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8", "fp8_e4m3")  # vLLM's strings the ops take
+E5M2, FP16, E4M3 = 1, 2, 3  # vxqa::KvType values (kUnset = 0)
+CACHE_TYPE_NAMES = {E5M2: "e5m2", E4M3: "e4m3", FP16: "fp16"}  # vxqa::kv_type_name
+# vLLM's fp8 strings: the format each names and the float8 dtype holding it ("fp8" is vLLM's
+# default fp8, E4M3); a uint8 cache holds either.
+FP8_KV_CACHE_DTYPES = {"fp8_e5m2": (E5M2, torch.float8_e5m2), "fp8": (E4M3, torch.float8_e4m3fn),
+                       "fp8_e4m3": (E4M3, torch.float8_e4m3fn)}
+# The cache dtypes that say their own format (kv_cache_dtype "auto").
+DTYPE_FORMATS = {torch.float16: FP16, torch.float8_e5m2: E5M2, torch.float8_e4m3fn: E4M3}
 FP16_Q, BF16_Q = 0, 1  # vxqa::ActType values
 
 # vxqa::VariantFlag bits (include/vxqa/kernel/attention_variant.cuh): plan_decode's `variant`,
@@ -198,29 +205,34 @@ def check_queries(q_indptr, max_q_len, batch):
 
 
 def cache_format(kv_cache_dtype, dtype, name):
-    """The cache's format (E5M2 or FP16) from vLLM's kv_cache_dtype and the tensor's dtype;
-    tensor_checks.h's cache_format, message for message."""
-    e4m3 = kv_cache_dtype in ("fp8", "fp8_e4m3")
+    """The cache's format (E5M2, E4M3 or FP16) from vLLM's kv_cache_dtype and the tensor's
+    dtype; tensor_checks.h's cache_format, message for message."""
     check(kv_cache_dtype in KV_CACHE_DTYPES,
           lambda: f'kv_cache_dtype: "{kv_cache_dtype}" is not one of "auto" (the cache\'s dtype says), "fp8_e5m2", '
-                  f'"fp8" or "fp8_e4m3" (E4M3: not supported yet)')
-    check(not e4m3, lambda: f'kv_cache_dtype: "{kv_cache_dtype}" means E4M3 codes: E4M3 caches are not supported '
-                            f'yet (vxqa reads E5M2 codes, kv_cache_dtype "fp8_e5m2", or fp16)')
-    if kv_cache_dtype == "fp8_e5m2":
-        check(dtype in (torch.uint8, torch.float8_e5m2),
-              lambda: f'{name}: dtype {dtype_name(dtype)} does not hold kv_cache_dtype "fp8_e5m2" '
-                      f'(Byte or Float8_e5m2)')
-        return E5M2
+                  f'"fp8" or "fp8_e4m3" (E4M3)')
+    if kv_cache_dtype in FP8_KV_CACHE_DTYPES:
+        fmt, own = FP8_KV_CACHE_DTYPES[kv_cache_dtype]
+        e5m2 = fmt == E5M2
+        other = torch.float8_e4m3fn if e5m2 else torch.float8_e5m2
+        check(dtype != other,
+              lambda: f'{name}: dtype {dtype_name(dtype)} holds {"E4M3" if e5m2 else "E5M2"} codes, but kv_cache_dtype '
+                      f'"{kv_cache_dtype}" means {"E5M2" if e5m2 else "E4M3"} (for this cache pass kv_cache_dtype '
+                      + ('"auto", "fp8" or "fp8_e4m3")' if e5m2 else '"auto" or "fp8_e5m2")'))
+        check(dtype in (torch.uint8, own),
+              lambda: f'{name}: dtype {dtype_name(dtype)} does not hold kv_cache_dtype "{kv_cache_dtype}" '
+                      f'(Byte or {dtype_name(own)})')
+        return fmt
     check(dtype != torch.uint8,
           lambda: f'{name}: a uint8 cache holds fp8 codes of an unstated format (E5M2 or E4M3; vLLM\'s "fp8" means '
-                  f'E4M3), which kv_cache_dtype "auto" cannot tell: pass kv_cache_dtype="fp8_e5m2" or the cache '
-                  f'as a torch.float8_e5m2 view')
-    check(dtype != torch.float8_e4m3fn,
-          lambda: f"{name}: dtype Float8_e4m3fn: E4M3 caches are not supported yet")
-    check(dtype in (torch.float16, torch.float8_e5m2),
-          lambda: f'{name}: dtype {dtype_name(dtype)} is not supported (Half or Float8_e5m2, or Byte with '
-                  f'kv_cache_dtype "fp8_e5m2")')
-    return FP16 if dtype == torch.float16 else E5M2
+                  f'E4M3), which kv_cache_dtype "auto" cannot tell: pass kv_cache_dtype="fp8_e5m2" (E5M2) or "fp8" / '
+                  f'"fp8_e4m3" (E4M3), or the cache as a torch.float8_e5m2 or torch.float8_e4m3fn view')
+    check(dtype != torch.bfloat16,
+          lambda: f"{name}: dtype BFloat16 is not supported (bf16 caches are not supported yet: vxqa reads fp16, E5M2 "
+                  f"and E4M3 caches)")
+    check(dtype in DTYPE_FORMATS,
+          lambda: f'{name}: dtype {dtype_name(dtype)} is not supported (Half, Float8_e5m2 or Float8_e4m3fn, or Byte '
+                  f'with kv_cache_dtype "fp8_e5m2", "fp8" or "fp8_e4m3")')
+    return DTYPE_FORMATS[dtype]
 
 
 def check_cache_pair(k, v, kv_cache_dtype):
@@ -317,7 +329,8 @@ def read_plan(plan):
         check(fields[name] <= INT_MAX, lambda: f"plan: {fields[name]} does not fit in an int")
 
     check_int("head_dim")
-    check(fields["cache_type"] in (E5M2, FP16), lambda: f"plan: cache type {fields['cache_type']} is not e5m2 or fp16")
+    check(fields["cache_type"] in CACHE_TYPE_NAMES,
+          lambda: f"plan: cache type {fields['cache_type']} is not e5m2, e4m3 or fp16")
     check(fields["qo_type"] in (FP16_Q, BF16_Q), lambda: f"plan: q type {fields['qo_type']} is unknown")
     for name in ("page_size", "device", "config", "num_kv_heads", "group_size", "max_batch", "max_context",
                  "chunk_tokens", "num_chunks", "max_window", "max_q_len"):  # in read_plan's order
@@ -342,9 +355,8 @@ def read_plan(plan):
 def check_against_plan(pl, q, k_cache, block_table, fmt, workspace, q_indptr=None):
     """decode_op.cpp's check_against_plan."""
     remedy = " (a DecodePlan serves one model shape: make one per shape)"
-    names = {E5M2: "e5m2", FP16: "fp16"}
-    check(fmt == pl["cache_type"],
-          lambda: f"k_cache: an {names[fmt]} cache, the plan was made for {names[pl['cache_type']]}{remedy}")
+    check(fmt == pl["cache_type"], lambda: f"k_cache: an {CACHE_TYPE_NAMES[fmt]} cache, the plan was made for "
+                                           f"{CACHE_TYPE_NAMES[pl['cache_type']]}{remedy}")
     check(q.size(2) == pl["head_dim"],
           lambda: f"q: head_dim {_n(q.size(2))} differs from the plan's {pl['head_dim']}{remedy}")
     qo = BF16_Q if q.dtype == torch.bfloat16 else FP16_Q

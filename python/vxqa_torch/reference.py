@@ -1,8 +1,9 @@
 """A float64 reference for vxqa_torch.decode, in plain torch, for tests and checks.
 
-It gathers each sequence's pages through the block table, dequantizes them (E5M2 codes or
-fp16, times the scale) and takes the softmax in float64. A length-0 sequence gives out 0
-and lse -inf, as the kernel does.
+It gathers each sequence's pages through the block table, dequantizes them (E5M2 or E4M3
+codes, or fp16, times the scale) and takes the softmax in float64. A length-0 sequence gives
+out 0 and lse -inf, as the kernel does. The cache's format is its dtype's, or with keyword
+kv_cache_dtype vLLM's string as the ops read it (dequantize).
 
 The attention variants, from their definitions (keyword arguments, each off by default):
   sliding_window W > 0  the query, the sequence's last token (position len - 1), sees the
@@ -29,12 +30,22 @@ from typing import NamedTuple
 
 import torch
 
+from ._fake import E4M3, E5M2, FP16, cache_format
 
-def dequantize(cache, scale):
-    """float64 values of a cache tensor: E5M2 codes (uint8 or float8_e5m2) or fp16, times scale."""
-    if cache.dtype == torch.uint8:
-        cache = cache.view(torch.float8_e5m2)
-    return cache.to(torch.float64) * float(scale)
+# The dtype whose view of a cache's bytes decodes its format.
+_FORMAT_DTYPES = {E5M2: torch.float8_e5m2, E4M3: torch.float8_e4m3fn, FP16: torch.float16}
+
+
+def dequantize(cache, scale, kv_cache_dtype=None):
+    """float64 values of a cache tensor times scale: fp16, E5M2 codes or E4M3 codes (OCP
+    float8_e4m3fn: bias 7, 3 mantissa bits, no inf, S.1111.111 NaN, largest 448), by torch's
+    own float8 conversions. kv_cache_dtype None: the dtype says, a uint8 cache holding E5M2
+    codes (this reference's default before E4M3); else vLLM's string, mapped to the format
+    as the ops map it (a uint8 cache under "fp8" or "fp8_e4m3" holds E4M3 codes)."""
+    if kv_cache_dtype is None:
+        kv_cache_dtype = "fp8_e5m2" if cache.dtype == torch.uint8 else "auto"
+    fmt = cache_format(kv_cache_dtype, cache.dtype, "cache")
+    return cache.view(_FORMAT_DTYPES[fmt]).to(torch.float64) * float(scale)
 
 
 def gather_sequence(values, block_table_row, length):
@@ -103,18 +114,18 @@ def _check_variant(sliding_window, logit_softcap, sinks, q_heads):
 
 
 def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=None, k_scale=1.0, v_scale=1.0, *,
-                     sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None):
+                     sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None, kv_cache_dtype=None):
     """(out, lse) in float64: out [batch, num_q_heads, head_dim], lse [batch, num_q_heads]
     (with q_indptr [num_tokens, ...], q's rows: a row a query token, token i of a sequence's n
     seeing keys 0 .. len - n + i; rows of no sequence NaN). sliding_window, logit_softcap,
     sinks: the variants (module docstring), each off by default (0, 0, None; vLLM's None means
-    off too)."""
+    off too). kv_cache_dtype: the caches' format as for dequantize."""
     batch, q_heads, head_dim = q.shape  # (batch: q's rows)
     window, cap = _check_variant(sliding_window, logit_softcap, sinks, q_heads)
     rows = query_rows(seq_lens, q_indptr, batch)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
-    keys, values = dequantize(k_cache, k_scale), dequantize(v_cache, v_scale)
+    keys, values = dequantize(k_cache, k_scale, kv_cache_dtype), dequantize(v_cache, v_scale, kv_cache_dtype)
     kv_heads = keys.shape[2]
     group = q_heads // kv_heads
     out = torch.zeros(batch, q_heads, head_dim, dtype=torch.float64, device=q.device)
@@ -213,10 +224,12 @@ def half_ulp(x, mantissa_bits):
 
 
 def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
-                       chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None):
+                       chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None,
+                       kv_cache_dtype=None):
     """The error model of decode_reference(q, k_cache, v_cache, block_table, seq_lens,
     softmax_scale, k_scale, v_scale, sliding_window=..., logit_softcap=..., sinks=...,
-    q_indptr=...), whose outputs are (ref_out, ref_lse): the same arguments; per row (with
+    q_indptr=..., kv_cache_dtype=...), whose outputs are (ref_out, ref_lse): the same
+    arguments (the cache's format changes no term: every format decodes exactly); per row (with
     q_indptr a row a query token: each row's terms over the keys it sees, its chunks counted
     from its first key, as error_model.h has them; rows of no sequence 0). `chunk_tokens` is the plan's chunk (0
     or >= the longest sequence: one chunk, no combine); 64, the finest a plan takes, serves
@@ -245,7 +258,8 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
         softmax_scale = 1.0 / math.sqrt(head_dim)
     softmax_scale = float(softmax_scale)
     f64 = dict(dtype=torch.float64, device=q.device)
-    keys, values = dequantize(k_cache, k_scale).to(q.device), dequantize(v_cache, v_scale).to(q.device)
+    keys = dequantize(k_cache, k_scale, kv_cache_dtype).to(q.device)
+    values = dequantize(v_cache, v_scale, kv_cache_dtype).to(q.device)
     kv_heads = keys.shape[2]
     group = q_heads // kv_heads
     ref_out, ref_lse = ref_out.to(**f64), ref_lse.to(**f64)
@@ -372,11 +386,11 @@ def error_bounds(model, ref_out, out_dtype, sigmas=8.0):
 
 def decode_bounds(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
                   out_dtype, sigmas=8.0, chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None,
-                  q_indptr=None):
+                  q_indptr=None, kv_cache_dtype=None):
     """(out_bound, lse_bound) per element for the outputs (ref_out, ref_lse) of
-    decode_reference with the same arguments (the variants' and q_indptr included), for a
-    kernel writing out_dtype."""
+    decode_reference with the same arguments (the variants', q_indptr and kv_cache_dtype
+    included), for a kernel writing out_dtype."""
     model = decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out,
                                ref_lse, chunk_tokens, sliding_window=sliding_window, logit_softcap=logit_softcap,
-                               sinks=sinks, q_indptr=q_indptr)
+                               sinks=sinks, q_indptr=q_indptr, kv_cache_dtype=kv_cache_dtype)
     return error_bounds(model, ref_out, out_dtype, sigmas)

@@ -46,6 +46,11 @@ using EveryVariant = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, O
 template <int D, KvType Kv, class... Options>
 using MultiToken = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, opt::MaxQueryLen<kMaxQueryLen>, Options...>;
 
+// E4M3, in each head dim: the default atom (the hardware cvt where built for sm_89+), the SM70
+// atom with the software decode (a V100's path), and every variant flag with the software
+// decode (an A100's path on the default atom); D64's first and D128's second take bf16 q/out.
+using E4m3Software = opt::E4m3Path<vxqa::E4m3Decode::kSoftware>;
+
 // Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
 // takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
 // AsyncStages; bf16 q/out on either atom; compile-time page sizes 16 and 800 and, not
@@ -58,7 +63,10 @@ using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, opt::PageSize<24>>,
                               Sm70<64, KvType::kFp16, /*Warps*/ 8, /*Stages*/ 2>,
                               EveryVariant<64, KvType::kE5M2>, EveryVariant<64, KvType::kFp16, opt::Atom<MmaAtom::kSm70>>,
-                              MultiToken<64, KvType::kE5M2, opt::Warps<8>>>;
+                              MultiToken<64, KvType::kE5M2, opt::Warps<8>>,
+                              DecodeConfig<64, KvType::kE4M3, opt::QoType<ActType::kBf16>>,
+                              DecodeConfig<64, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software>,
+                              EveryVariant<64, KvType::kE4M3, E4m3Software>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
                                DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>>,
@@ -68,7 +76,11 @@ using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kFp16, 4, 2, 0, ConvertAt::kConsume, ActType::kBf16>,
                                EveryVariant<128, KvType::kFp16>,
                                EveryVariant<128, KvType::kE5M2, opt::Atom<MmaAtom::kSm70>>,
-                               MultiToken<128, KvType::kFp16, opt::Atom<MmaAtom::kSm70>, opt::Warps<4>>>;
+                               MultiToken<128, KvType::kFp16, opt::Atom<MmaAtom::kSm70>, opt::Warps<4>>,
+                               DecodeConfig<128, KvType::kE4M3>,
+                               DecodeConfig<128, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software,
+                                            opt::Convert<ConvertAt::kPublish>, opt::QoType<ActType::kBf16>>,
+                               EveryVariant<128, KvType::kE4M3, E4m3Software>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>,
                                DecodeConfig<256, KvType::kFp16>,
@@ -78,7 +90,10 @@ using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                EveryVariant<256, KvType::kE5M2>,
                                EveryVariant<256, KvType::kFp16, opt::Warps<2>, opt::Atom<MmaAtom::kSm70>>,
                                MultiToken<256, KvType::kE5M2, opt::Warps<8>>,
-                               MultiToken<256, KvType::kE5M2, opt::Warps<6>>>;
+                               MultiToken<256, KvType::kE5M2, opt::Warps<6>>,
+                               DecodeConfig<256, KvType::kE4M3>,
+                               DecodeConfig<256, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software>,
+                               EveryVariant<256, KvType::kE4M3, E4m3Software, opt::Atom<MmaAtom::kSm70>>>;
 
 // The plan Config makes for the case.
 template <class Config>
@@ -118,7 +133,9 @@ template <class Config>
 ConfigInfo config_info() {
   ConfigInfo info;
   info.head_dim = Config::kHeadDim;
-  info.format = Config::kKv == KvType::kE5M2 ? KvFormat::kE5M2 : KvFormat::kFp16;
+  info.format = Config::kKv == KvType::kE5M2   ? KvFormat::kE5M2
+                : Config::kKv == KvType::kE4M3 ? KvFormat::kE4M3
+                                               : KvFormat::kFp16;
   info.page_size = Config::kPageSize;
   info.qo = Config::kQo;
   info.sm70_atom = Config::kAtom == MmaAtom::kSm70;
@@ -132,7 +149,9 @@ ConfigInfo config_info() {
               (Config::kConvertAt == ConvertAt::kPublish ? " convert-at-publish" : "") +
               (Config::kAsyncStages ? " async-stages " + std::to_string(Config::kAsyncStages) : std::string()) +
               (Config::kQo == ActType::kBf16 ? " bf16-qo" : "") +
-              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "") + (info.variant ? " every-variant" : "") +
+              (Config::kAtom == MmaAtom::kSm70 ? " sm70-atom" : "") +
+              (Config::kKv == KvType::kE4M3 && Config::kE4m3Path == vxqa::E4m3Decode::kSoftware ? " e4m3-software" : "") +
+              (info.variant ? " every-variant" : "") +
               (Config::kMultiToken ? " max-q-len " + std::to_string(Config::kMaxQueryLen) : std::string());
   return info;
 }

@@ -55,8 +55,10 @@ struct PreparedCase {
 
 namespace detail {
 
-// Raw element bits of a NaN or an infinity (set_k / set_v would saturate an E5M2 inf).
+// Raw element bits of a NaN or an infinity (set_k / set_v would saturate an E5M2 inf). E4M3
+// has no infinity: its poisons are the NaN codes, of the infinity's sign.
 inline uint32_t poison_bits(Poison p, KvFormat format) {
+  if (format == KvFormat::kE4M3) return p == Poison::kMinusInf ? 0xFFu : 0x7Fu;
   const bool e5m2 = format == KvFormat::kE5M2;
   switch (p) {
     case Poison::kNan: return e5m2 ? 0x7Eu : 0x7E00u;

@@ -216,6 +216,7 @@ struct DecodeConfig {
   static constexpr KvType kKv = Kv;
   // The cache's codes to fp16, and the factor the kernels' scales make up (numeric/kv_decode.cuh).
   using KvDecoder = KvDecode<Kv, E4m3>;
+  static constexpr E4m3Decode kE4m3Path = E4m3;
   static constexpr int kElemBytes = KvTraits<Kv>::kElemBytes;
   static constexpr int kWarps = Warps;
   static constexpr int kThreads = 32 * Warps;

@@ -36,6 +36,9 @@ enum class KvFormat {
 };
 
 inline int element_bytes(KvFormat format) { return format == KvFormat::kFp16 ? 2 : 1; }
+inline const char* format_name(KvFormat format) {
+  return format == KvFormat::kE5M2 ? "e5m2" : format == KvFormat::kE4M3 ? "e4m3" : "fp16";
+}
 
 namespace detail {
 
