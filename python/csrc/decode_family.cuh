@@ -1,5 +1,5 @@
 // decode_family.cuh — DecodeFamily<HeadDim, Kv>: vxqa::Decoder over the Configs of
-// DefaultDecoderConfigs with that head dim and cache type (both q/out types). The Decoder
+// DefaultDecoderConfigs with that head dim and cache type (every q/out type the cache takes). The Decoder
 // filters by head dim, cache and q/out type before it looks at the page size, so choosing
 // within the family chooses as the whole list would. The plan comes from the caller's
 // shape and the workspace from the caller (torch), so nothing here allocates, and the
@@ -57,6 +57,11 @@ struct MultiTokenConfigCount<vxqa::ConfigList<Configs...>, Qo> {
   static constexpr int value = (0 + ... + int(Configs::kQo == Qo && Configs::kMaxQueryLen >= kMaxQueryLen));
 };
 
+// Whether a cache of type Kv takes fp16 q: every one but bf16, whose MMA takes bf16 q as it is
+// (bf16 q is taken by every cache).
+template <vxqa::KvType Kv>
+inline constexpr bool kTakesFp16Q = Kv != vxqa::KvType::kBf16;
+
 template <int HeadDim, vxqa::KvType Kv>
 typename FamilyDecoder<HeadDim, Kv>::Choice to_decoder_choice(const Choice& c) {
   typename FamilyDecoder<HeadDim, Kv>::Choice choice;
@@ -67,14 +72,17 @@ typename FamilyDecoder<HeadDim, Kv>::Choice to_decoder_choice(const Choice& c) {
 
 template <int HeadDim, vxqa::KvType Kv>
 vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
-  static_assert(VariantConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1 &&
+  static_assert((!kTakesFp16Q<Kv> || VariantConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1) &&
                     VariantConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1,
-                "the family has no Config with every variant flag for fp16 and bf16 q: the torch ops' "
-                "sliding_window, logit_softcap and sinks need one (vxqa::DefaultDecoderConfigs)");
-  static_assert(MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1 &&
+                "the family has no Config with every variant flag for each q type its cache takes (fp16 and "
+                "bf16; bf16 only for a bf16 cache): the torch ops' sliding_window, logit_softcap and sinks need "
+                "one (vxqa::DefaultDecoderConfigs)");
+  static_assert((!kTakesFp16Q<Kv> ||
+                 MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1) &&
                     MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1,
-                "the family has no Config taking kMaxQueryLen query tokens a sequence for fp16 and bf16 q: the "
-                "torch ops' q_indptr and max_q_len need one (vxqa::DefaultDecoderConfigs' opt::MaxQueryLen)");
+                "the family has no Config taking kMaxQueryLen query tokens a sequence for each q type its cache "
+                "takes (fp16 and bf16; bf16 only for a bf16 cache): the torch ops' q_indptr and max_q_len need one "
+                "(vxqa::DefaultDecoderConfigs' opt::MaxQueryLen)");
   vxqa::DecoderShape shape;
   shape.head_dim = s.head_dim;
   shape.cache_type = s.cache_type;

@@ -56,6 +56,9 @@ constexpr int64_t kPlanTagLayout1 = 0x76787161'01, kPlanTagLayout2 = 0x76787161'
 
 const char* dtype_name(vxqa::ActType t) { return t == vxqa::ActType::kBf16 ? "BFloat16" : "Half"; }
 
+// "an e5m2 cache", "a bf16 cache".
+const char* article(vxqa::KvType t) { return t == vxqa::KvType::kBf16 ? "a " : "an "; }
+
 // The attention variant's values, for both decode ops (vxqa_torch/_fake.py's check_variant):
 // a window >= 0 that fits an int, a soft-cap finite and >= 0 that stays so (and nonzero) in
 // fp32, sinks fp32 [num_q_heads] contiguous. vxqa's validate checks the rest (a soft-cap so
@@ -112,6 +115,7 @@ vxqa::KvType check_decode(const at::Tensor& q, const at::Tensor& k_cache, const 
   check_dtype(q, "q", {at::kHalf, at::kBFloat16});
   check_rows_contiguous(q, "q");
   const vxqa::KvType cache_type = check_cache_pair(k_cache, v_cache, kv_cache_dtype);
+  check_q_for_cache(q.scalar_type(), cache_type, "q", "k_cache");
   const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2), kv_heads = k_cache.size(2);
   check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim");
   TORCH_CHECK_VALUE(head_dim == 64 || head_dim == 128 || head_dim == 256, "q: head_dim ", num(head_dim),
@@ -305,6 +309,7 @@ std::vector<int64_t> plan_decode(int64_t num_kv_heads, int64_t group_size, int64
   shape.cache_type = cache_format(kv_cache_dtype, cache_dtype, "cache_dtype");
   TORCH_CHECK_VALUE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, "q_dtype: ", q_dtype,
                     " is not supported (Half or BFloat16)");
+  check_q_for_cache(q_dtype, shape.cache_type, "q_dtype", "cache_dtype");
   shape.qo_type = q_dtype == at::kBFloat16 ? vxqa::ActType::kBf16 : vxqa::ActType::kFp16;
   shape.head_dim = to_int(head_dim, "head_dim");
   shape.page_size = to_int(page_size, "page_size");
@@ -373,8 +378,8 @@ Planned read_plan(c10::IntArrayRef ints) {
   p.head_dim = to_int(ints[kHeadDim], "plan");
   const int64_t cache_type = ints[kCacheType];
   TORCH_CHECK_VALUE(cache_type == int64_t(vxqa::KvType::kE5M2) || cache_type == int64_t(vxqa::KvType::kE4M3) ||
-                        cache_type == int64_t(vxqa::KvType::kFp16),
-                    "plan: cache type ", num(cache_type), " is not e5m2, e4m3 or fp16");
+                        cache_type == int64_t(vxqa::KvType::kFp16) || cache_type == int64_t(vxqa::KvType::kBf16),
+                    "plan: cache type ", num(cache_type), " is not e5m2, e4m3, fp16 or bf16");
   p.cache_type = static_cast<vxqa::KvType>(cache_type);
   TORCH_CHECK_VALUE(ints[kQoType] <= int64_t(vxqa::ActType::kBf16), "plan: q type ", num(ints[kQoType]), " is unknown");
   p.qo_type = static_cast<vxqa::ActType>(ints[kQoType]);
@@ -447,7 +452,7 @@ void check_against_plan(const Planned& pl, const at::Tensor& q, const at::Tensor
                         const at::Tensor& block_table, vxqa::KvType cache_type, const at::Tensor& workspace,
                         const std::optional<at::Tensor>& q_indptr) {
   const char* remedy = " (a DecodePlan serves one model shape: make one per shape)";
-  TORCH_CHECK_VALUE(cache_type == pl.cache_type, "k_cache: an ", vxqa::kv_type_name(cache_type),
+  TORCH_CHECK_VALUE(cache_type == pl.cache_type, "k_cache: ", article(cache_type), vxqa::kv_type_name(cache_type),
                     " cache, the plan was made for ", vxqa::kv_type_name(pl.cache_type), remedy);
   TORCH_CHECK_VALUE(q.size(2) == pl.head_dim, "q: head_dim ", num(q.size(2)), " differs from the plan's ",
                     num(pl.head_dim), remedy);

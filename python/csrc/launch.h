@@ -20,7 +20,7 @@ struct Choice {
 
 // The most query tokens a sequence that the torch ops take (DecodePlan(max_q_len=...), the
 // ops' max_q_len): the opt::MaxQueryLen of vxqa::DefaultDecoderConfigs' multi-token Configs,
-// which decode_family.cuh checks each family has, for fp16 and bf16 q.
+// which decode_family.cuh checks each family has, for each q type its cache takes.
 inline constexpr int kMaxQueryLen = 16;
 
 // vxqa::DecoderShape's fields (decoder.cuh holds kernels, so it stays out of the g++ side).
@@ -50,7 +50,8 @@ vxqa::Status decode_with(int head_dim, vxqa::KvType cache_type, const Choice& ch
                          const vxqa::DecodeParams& params, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream);
 
-// The chosen Config's name, e.g. "D128 e5m2 fp16 W4 page16" (empty for a bad choice).
+// The chosen Config's name, e.g. "D128 e5m2 fp16 W4 page16" or "D128 bf16 bf16 W4 page*" (empty
+// for a bad choice).
 std::string config_name(int head_dim, vxqa::KvType cache_type, const Choice& choice);
 
 // The per-family pieces of the three above (decode_family.cuh; each family is instantiated

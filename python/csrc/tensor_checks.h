@@ -91,6 +91,7 @@ inline void check_scale_tensor(const std::optional<at::Tensor>& t, const char* n
 // (`name` is the tensor, "k_cache"). Never guessed: a byte cache may hold E5M2 or E4M3 codes,
 // so "auto" refuses uint8 and the caller names the format ("fp8_e5m2", or "fp8" / "fp8_e4m3":
 // vLLM's "fp8" is E4M3). A float8 dtype says its own format, which the string must not contradict.
+// Under "auto" float16 and bfloat16 are their own formats (vLLM's "auto": the model's dtype).
 inline vxqa::KvType cache_format(const std::string& kv_cache_dtype, at::ScalarType dtype, const char* name) {
   const bool e5m2 = kv_cache_dtype == "fp8_e5m2";
   const bool e4m3 = kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3";
@@ -112,14 +113,21 @@ inline vxqa::KvType cache_format(const std::string& kv_cache_dtype, at::ScalarTy
                     "vLLM's \"fp8\" means E4M3), which kv_cache_dtype \"auto\" cannot tell: pass "
                     "kv_cache_dtype=\"fp8_e5m2\" (E5M2) or \"fp8\" / \"fp8_e4m3\" (E4M3), or the cache as a "
                     "torch.float8_e5m2 or torch.float8_e4m3fn view");
-  TORCH_CHECK_VALUE(dtype != at::kBFloat16, name, ": dtype BFloat16 is not supported (bf16 caches are not supported "
-                    "yet: vxqa reads fp16, E5M2 and E4M3 caches)");
-  TORCH_CHECK_VALUE(dtype == at::kHalf || dtype == at::kFloat8_e5m2 || dtype == at::kFloat8_e4m3fn, name, ": dtype ",
-                    dtype, " is not supported (Half, Float8_e5m2 or Float8_e4m3fn, or Byte with kv_cache_dtype "
-                    "\"fp8_e5m2\", \"fp8\" or \"fp8_e4m3\")");
+  TORCH_CHECK_VALUE(dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat8_e5m2 ||
+                        dtype == at::kFloat8_e4m3fn,
+                    name, ": dtype ", dtype, " is not supported (Half, BFloat16, Float8_e5m2 or Float8_e4m3fn, or "
+                    "Byte with kv_cache_dtype \"fp8_e5m2\", \"fp8\" or \"fp8_e4m3\")");
   return dtype == at::kHalf          ? vxqa::KvType::kFp16
+         : dtype == at::kBFloat16    ? vxqa::KvType::kBf16
          : dtype == at::kFloat8_e5m2 ? vxqa::KvType::kE5M2
                                      : vxqa::KvType::kE4M3;
+}
+
+// q's dtype against the cache's format (`q_name`: "q", or plan_decode's "q_dtype"): a bf16
+// cache runs on the bf16 MMA, which takes q as it is, so fp16 q is refused, never converted.
+inline void check_q_for_cache(at::ScalarType q, vxqa::KvType cache_type, const char* q_name, const char* cache_name) {
+  TORCH_CHECK_VALUE(cache_type != vxqa::KvType::kBf16 || q == at::kBFloat16, q_name, ": dtype ", q,
+                    " with a bf16 cache (", cache_name, " BFloat16): a bf16 cache takes BFloat16 q and out only");
 }
 
 // The paged cache, K and V alike: [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD),

@@ -5,11 +5,12 @@ element, from the error model of the kernels' roundings (docs/design.md, "How th
 bound the error"). A problem may carry an attention variant (Problem.variant: the keyword
 arguments sliding_window, logit_softcap, sinks of decode, plan.run and the reference), and
 several query tokens a sequence (Problem.q_indptr: q [num_tokens, ...], a row a token). Its
-caches are fp16, E5M2 or E4M3 (Problem.kv_cache_dtype says the format of a uint8 pair)."""
+caches are fp16, bf16, E5M2 or E4M3 (Problem.kv_cache_dtype says the format of a uint8 pair)."""
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
+import pytest
 import torch
 
 import vxqa_torch
@@ -21,10 +22,18 @@ E5M2_MAX, E4M3_MAX = 57344.0, 448.0
 CACHES = {"uint8": dict(cache_dtype=torch.uint8, kv_cache_dtype="fp8_e5m2"),
           "float8_e5m2": dict(cache_dtype=torch.float8_e5m2, kv_cache_dtype="auto"),
           "float16": dict(cache_dtype=torch.float16, kv_cache_dtype="auto"),
+          "bfloat16": dict(cache_dtype=torch.bfloat16, kv_cache_dtype="auto"),  # vLLM's "auto" of a bf16 model
           "uint8 e4m3": dict(cache_dtype=torch.uint8, kv_cache_dtype="fp8"),
           "float8_e4m3fn": dict(cache_dtype=torch.float8_e4m3fn, kv_cache_dtype="auto")}
 # The float8 dtype of each fp8 string: a uint8 cache's codes seen as values.
 FP8_DTYPES = {"fp8_e5m2": torch.float8_e5m2, "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn}
+
+
+def skip_bf16_cache_below_sm80(cache_dtype, device):
+    """Skips a test of a bf16 cache on a GPU older than sm_80, saying why: bf16 caches run on
+    the bf16 MMA of sm_80 and newer (test_decode_gpu.py checks the refusal there)."""
+    if cache_dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) < (8, 0):
+        pytest.skip("a bf16 cache needs sm_80 or newer (the bf16 MMA); this GPU refuses it")
 
 
 def kv_cache_dtype_of(dtype):
@@ -39,8 +48,8 @@ def value_dtype(dtype, kv_cache_dtype):
 
 
 def random_cache_values(shape, dtype, generator, device, kv_cache_dtype=None):
-    """Random cache contents of `dtype` from normal floats: fp16, or FP8 codes of the format
-    kv_cache_dtype states (default kv_cache_dtype_of(dtype): a uint8 cache holds E5M2)."""
+    """Random cache contents of `dtype` from normal floats: fp16 or bf16, or FP8 codes of the
+    format kv_cache_dtype states (default kv_cache_dtype_of(dtype): a uint8 cache holds E5M2)."""
     x = torch.randn(shape, generator=generator).to(device)
     values = x.to(value_dtype(dtype, kv_cache_dtype or kv_cache_dtype_of(dtype)))
     return values.view(torch.uint8) if dtype == torch.uint8 else values
@@ -48,13 +57,13 @@ def random_cache_values(shape, dtype, generator, device, kv_cache_dtype=None):
 
 def encode(x, scale, dtype, kv_cache_dtype=None):
     """What vxqa's writer must store for rows x in a cache of `dtype` (kv_cache_dtype as for
-    random_cache_values): x / scale in fp32, converted by torch; FP8 saturated to its largest
-    finite value first (torch's E4M3 conversion gives NaN past it), an E4M3 NaN as 0x7F
-    (torch keeps a NaN's sign: 0xFF)."""
+    random_cache_values): x / scale in fp32, converted by torch (fp16 and bf16: rounded to
+    nearest even); FP8 saturated to its largest finite value first (torch's E4M3 conversion
+    gives NaN past it), an E4M3 NaN as 0x7F (torch keeps a NaN's sign: 0xFF)."""
     y = x.float() / torch.tensor(scale, dtype=torch.float32)
     values = value_dtype(dtype, kv_cache_dtype or kv_cache_dtype_of(dtype))
-    if values == torch.float16:
-        return y.half()
+    if values in (torch.float16, torch.bfloat16):
+        return y.to(values)
     top = E5M2_MAX if values == torch.float8_e5m2 else E4M3_MAX
     codes = y.clamp(-top, top).to(values).view(torch.uint8)
     if values == torch.float8_e4m3fn:

@@ -1,27 +1,50 @@
 """append_kv on the GPU: bit for bit against torch's own conversions (E5M2 with the scale,
 saturated to +-57344, round to nearest even; E4M3 likewise, saturated to +-448, NaN as 0x7F;
-fp16 likewise), from fp16 and bf16 rows, into E5M2 (uint8 with "fp8_e5m2", float8_e5m2),
-E4M3 (uint8 with "fp8" or "fp8_e4m3", float8_e4m3fn) and fp16 caches; vLLM's writer contract
-(key/value padded past a shorter slot_mapping, every negative slot skipped); bad slots leave
-the cache alone; the error word; device scales, and bad ones (their bit, NaN rows); and
-append then decode inside a replayed CUDA graph (E5M2 and E4M3) against the float64
-reference."""
+fp16 and bf16 likewise, x / scale in fp32 rounded to nearest even: for bf16 torch's rounding is
+checked against one on the bits, ties drawn on purpose), from fp16 and bf16 rows, into E5M2
+(uint8 with "fp8_e5m2", float8_e5m2), E4M3 (uint8 with "fp8" or "fp8_e4m3", float8_e4m3fn),
+fp16 and bf16 caches ("auto"); vLLM's writer contract (key/value padded past a shorter
+slot_mapping, every negative slot skipped); bad slots leave the cache alone; the error word;
+device scales, and bad ones (their bit, NaN rows); and append then decode inside a replayed
+CUDA graph (E5M2, E4M3 and bf16) against the float64 reference."""
 import math
 
 import pytest
 import torch
 
 import vxqa_torch
-from problems import assert_matches_reference, encode, expected_outputs, random_cache_values, value_dtype
+from problems import (assert_matches_reference, encode, expected_outputs, random_cache_values,
+                      skip_bf16_cache_below_sm80, value_dtype)
 
 # The caches written: every dtype, a uint8 one under each string that states its format.
 WRITTEN = [(torch.uint8, "fp8_e5m2"), (torch.float8_e5m2, "auto"), (torch.float16, "auto"), (torch.uint8, "fp8"),
-           (torch.uint8, "fp8_e4m3"), (torch.float8_e4m3fn, "auto"), (torch.float8_e4m3fn, "fp8")]
+           (torch.uint8, "fp8_e4m3"), (torch.float8_e4m3fn, "auto"), (torch.float8_e4m3fn, "fp8"),
+           (torch.bfloat16, "auto")]
 
 
 def as_bytes(t):
     """t's bytes: the last dimension times the element size."""
     return t.view(torch.uint8)
+
+
+def bf16_rne(y):
+    """fp32 y (no NaN) rounded to bf16 to nearest even on the bits, independently of torch:
+    add 0x7FFF plus the lowest kept bit, drop the low 16 (a carry rounds up to the next
+    binade, or to inf past bf16's largest finite value)."""
+    bits = y.view(torch.int32).long() & 0xFFFFFFFF
+    top = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    return torch.where(top >= 0x8000, top - 0x10000, top).to(torch.int16).view(torch.bfloat16)
+
+
+def assert_torch_bf16_is_rne(x, scale):
+    """encode's bf16 codes (torch's x / scale in fp32, .to(torch.bfloat16)) are bf16_rne's for
+    these rows. Returns how many quotients were ties (halfway between two bf16 values) and how
+    many of those rounded away from 0."""
+    y = x.float() / torch.tensor(scale, dtype=torch.float32)
+    assert not y.isnan().any()
+    assert torch.equal(as_bytes(encode(x, scale, torch.bfloat16)), as_bytes(bf16_rne(y)))
+    tied = y[(y.view(torch.int32) & 0xFFFF) == 0x8000]
+    return tied.numel(), int((bf16_rne(tied).float().abs() > tied.abs()).sum())
 
 
 @pytest.mark.parametrize("input_dtype", [torch.float16, torch.bfloat16])
@@ -59,6 +82,36 @@ def test_append_kv_bit_for_bit(cuda, input_dtype, cache_dtype, kv_cache_dtype):
     want_v[slots[written]] = as_bytes(encode(value[written], v_scale, cache_dtype, kv_cache_dtype))
     assert torch.equal(as_bytes(k_cache.cpu().view(-1, heads, dim)), want_k)
     assert torch.equal(as_bytes(v_cache.cpu().view(-1, heads, dim)), want_v)
+    if cache_dtype == torch.bfloat16:  # torch's conversion, the expectation, is itself nearest-even
+        assert_torch_bf16_is_rne(key[written], k_scale)
+        assert_torch_bf16_is_rne(value[written], v_scale)
+
+
+@pytest.mark.parametrize("input_dtype", [torch.float16, torch.bfloat16])
+def test_append_kv_bf16_rounds_ties_to_even(cuda, input_dtype):
+    """Rows whose x / scale are halfway between two bf16 values, thousands of them, rounded
+    both ways: fp16 rows under k_scale 0.5 (x / scale exact) keep 11 significant bits, so about
+    one in eight lies on a tie of bf16's 8; under v_scale 1/3 the fp32 quotient of a bf16 row
+    is mostly 3x exactly (10 significant bits: one in four a tie), of an fp16 row sometimes.
+    The cache holds torch's bf16 of each, which is bf16_rne's: ties to even."""
+    g = torch.Generator().manual_seed(9)
+    tokens, heads, dim = 64, 2, 128
+    key = (torch.randn(tokens, heads, dim, generator=g) * 8).to(input_dtype)
+    value = (torch.randn(tokens, heads, dim, generator=g) * 8).to(input_dtype)
+    k_scale, v_scale = 0.5, 1 / 3
+    (k_ties, k_up), (v_ties, v_up) = assert_torch_bf16_is_rne(key, k_scale), assert_torch_bf16_is_rne(value, v_scale)
+    assert k_ties + v_ties > tokens * heads * dim // 8, (k_ties, v_ties)
+    assert 0 < k_up + v_up < k_ties + v_ties  # ties rounded both ways: to the even neighbour
+    k_cache = torch.zeros(tokens // 16, 16, heads, dim, dtype=torch.bfloat16, device=cuda)
+    v_cache = torch.zeros_like(k_cache)
+    errors = torch.zeros(1, dtype=torch.int32, device=cuda)
+    vxqa_torch.append_kv(key.to(cuda), value.to(cuda), torch.arange(tokens, device=cuda), k_cache, v_cache,
+                         k_scale=k_scale, v_scale=v_scale, errors=errors)
+    torch.cuda.synchronize()
+    assert errors.item() == 0
+    assert torch.equal(as_bytes(k_cache.cpu().view(tokens, heads, dim)), as_bytes(encode(key, k_scale, torch.bfloat16)))
+    assert torch.equal(as_bytes(v_cache.cpu().view(tokens, heads, dim)),
+                       as_bytes(encode(value, v_scale, torch.bfloat16)))
 
 
 def expected_cache(before, key, slots, scale, kv_cache_dtype):
@@ -123,7 +176,7 @@ def test_append_kv_no_tokens_is_a_no_op(cuda):
     assert errors.item() == 0 and cache.count_nonzero().item() == 0
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float8_e4m3fn, torch.float16])
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float8_e4m3fn, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("which", ["k", "v"])
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
 def test_append_kv_bad_device_scale_sets_its_bit_and_writes_nan(cuda, cache_dtype, which, bad):
@@ -153,11 +206,13 @@ def test_append_kv_library_checks_name_the_field(cuda, what, field, kw, head_dim
                              kv_cache_dtype="fp8_e5m2", **kw)
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float8_e4m3fn])
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e5m2, torch.float8_e4m3fn, torch.bfloat16])
 def test_append_then_decode_replayed_in_a_cuda_graph(cuda, cache_dtype):
     """Each replay writes one new token per sequence at its own slot, then decodes over
     everything written so far; the lengths, slots and rows change between replays. The
-    cache's dtype says its format (kv_cache_dtype "auto"): E5M2 or E4M3."""
+    cache's dtype says its format (kv_cache_dtype "auto"): E5M2, E4M3 or bf16 (a bf16 model's
+    cache, sm_80 and newer)."""
+    skip_bf16_cache_below_sm80(cache_dtype, cuda)
     g = torch.Generator().manual_seed(11)
     batch, heads, group, dim, page_size, max_len = 3, 2, 4, 128, 16, 64
     pages_per_seq = max_len // page_size
@@ -197,5 +252,5 @@ def test_append_then_decode_replayed_in_a_cuda_graph(cuda, cache_dtype):
     want = expected_outputs(q, k_cache, v_cache, block_table, lens, None, k_scale.item(), v_scale.item())
     assert_matches_reference(out, lse, want, lens)
     last = table[torch.arange(batch), (start + 11) // page_size] * page_size + (start + 11) % page_size
-    stored = k_cache.view(torch.uint8).view(-1, heads, dim)[last.to(cuda)].cpu()
+    stored = as_bytes(k_cache.view(-1, heads, dim))[last.to(cuda)].cpu()
     assert torch.equal(stored, as_bytes(encode(key.cpu(), 0.5, cache_dtype)))

@@ -1,7 +1,8 @@
 """decode on the GPU against the float64 reference, through both paths: the plain op (plans
 every call) and a DecodePlan (plans once). Fresh random data, random page tables, ragged
 lengths (a length-0 sequence included), out and lse poisoned with NaN first; every cache
-dtype and head dim of the default Configs (fp16, E5M2 and E4M3 caches), fp16 and bf16 q, strided views, scales as device
+dtype and head dim of the default Configs (fp16, E5M2 and E4M3 caches with fp16 and bf16 q;
+bf16 caches with bf16 q, on sm_80 and newer, refused below), strided views, scales as device
 tensors (and the error bits and NaN of bad ones), the error word, batch 0, CUDA-graph capture
 and replay with changing lengths and scales, torch.compile, opcheck, what a planned call does
 not do (allocate, ask the device), and the checks naming the field."""
@@ -11,10 +12,13 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import CACHES, assert_matches_reference, random_problem
+from problems import CACHES, assert_matches_reference, random_problem, skip_bf16_cache_below_sm80
 from vxqa_torch.reference import dequantize
 
 PATHS = ["plain", "planned"]
+# The format each test cache holds, as a Config's name says it ("D128 e5m2 fp16 W4 page16").
+FORMATS = {"uint8": "e5m2", "float8_e5m2": "e5m2", "float16": "fp16", "bfloat16": "bf16", "uint8 e4m3": "e4m3",
+           "float8_e4m3fn": "e4m3"}
 
 
 def decode(p, path, plan=None, **kw):
@@ -46,15 +50,19 @@ def run(p, path="plain", plan=None, **kw):
     # E4M3: vLLM's "fp8" on uint8 caches, and float8_e4m3fn caches under "auto"
     (64, "uint8 e4m3", 16, torch.float16), (128, "float8_e4m3fn", 16, torch.float16),
     (256, "uint8 e4m3", 16, torch.bfloat16), (128, "uint8 e4m3", 7, torch.bfloat16),
-    (256, "float8_e4m3fn", 5, torch.float16), (64, "float8_e4m3fn", 9, torch.bfloat16)])
+    (256, "float8_e4m3fn", 5, torch.float16), (64, "float8_e4m3fn", 9, torch.bfloat16),
+    # bf16: vLLM's "auto" with a bf16 model's cache, bf16 q only
+    (64, "bfloat16", 16, torch.bfloat16), (128, "bfloat16", 32, torch.bfloat16), (256, "bfloat16", 16, torch.bfloat16),
+    (128, "bfloat16", 7, torch.bfloat16)])
 def test_decode_matches_reference(cuda, path, head_dim, cache, page_size, q_dtype):
+    skip_bf16_cache_below_sm80(CACHES[cache]["cache_dtype"], cuda)
     p = random_problem(10 + head_dim + page_size, batch=4, head_dim=head_dim, page_size=page_size, max_len=900,
                        q_dtype=q_dtype, device=cuda, lengths=[900, 0, 1, 517], **CACHES[cache])
     out, lse, errors = run(p, path)
     torch.cuda.synchronize()
     assert errors.item() == 0
-    fmt = "fp16" if cache == "float16" else "e4m3" if "e4m3" in cache else "e5m2"
-    assert p.plan().config_name.split()[1] == fmt  # the family of the cache's format ran
+    name = p.plan().config_name.split()
+    assert name[1:3] == [FORMATS[cache], "bf16" if q_dtype == torch.bfloat16 else "fp16"], name  # the family ran
     assert_matches_reference(out, lse, p.reference(), p.seq_lens)
 
 
@@ -79,6 +87,33 @@ def test_e4m3_codes_read_as_e5m2_fail_the_comparison(cuda):
     p.kv_cache_dtype = "fp8_e5m2"
     with pytest.raises(AssertionError, match="off by"):
         assert_matches_reference(out, lse, p.reference(), p.seq_lens)
+
+
+def test_bf16_codes_read_as_fp16_fail_the_comparison(cuda):
+    """A bf16 cache is read as bf16: its answer passes against the reference of its values and
+    fails against the same bytes read as fp16."""
+    skip_bf16_cache_below_sm80(torch.bfloat16, cuda)
+    p = random_problem(14, batch=2, head_dim=128, page_size=16, max_len=300, q_dtype=torch.bfloat16, device=cuda,
+                       **CACHES["bfloat16"])
+    out, lse, errors = run(p)
+    torch.cuda.synchronize()
+    assert errors.item() == 0
+    assert_matches_reference(out, lse, p.reference(), p.seq_lens)
+    p.k_cache, p.v_cache = p.k_cache.view(torch.float16), p.v_cache.view(torch.float16)
+    with pytest.raises(AssertionError, match="off by"):
+        assert_matches_reference(out, lse, p.reference(), p.seq_lens)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_bf16_cache_is_refused_below_sm80(cuda, path):
+    """sm_70 and sm_75 run the SM70 body, which has no bf16 MMA: a plan or a decode of a bf16
+    cache is refused there, naming the cache type (vxqa's decode_smem_bytes)."""
+    if torch.cuda.get_device_capability(cuda) >= (8, 0):
+        pytest.skip("this GPU (sm_80 or newer) runs bf16 caches: test_decode_matches_reference checks them")
+    p = random_problem(15, batch=2, head_dim=128, page_size=16, max_len=100, q_dtype=torch.bfloat16, device=cuda,
+                       **CACHES["bfloat16"])
+    with pytest.raises(ValueError, match=r"^cache_type: bf16 caches need the SM80 body"):
+        decode(p, path)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -4,9 +4,9 @@ i of a sequence's last n sees keys 0 .. len - n + i, with a window the W ending 
 the tests' bound, through both paths (decode(), planned every call for its own tokens; a
 DecodePlan(max_q_len=N)): 1 to 16 tokens a sequence, uniform and ragged (sequences of 0
 tokens, sequences all of whose tokens are queries), groups 1, 4, 8 and 12 (up to three CTAs of
-rows a KV head), every head dim and cache family with fp16 and bf16 q, a window shorter than
-the tokens' spread and windows cutting pages, the soft-cap and sinks, under one chunk and
-many; each token's rows against a one-token decode over its keys; rows past q_indptr[batch]
+rows a KV head), every head dim and cache family with fp16 and bf16 q (a bf16 cache, on sm_80
+and newer, with bf16 q only), a window shorter than the tokens' spread and windows cutting
+pages, the soft-cap and sinks, under one chunk and many; each token's rows against a one-token decode over its keys; rows past q_indptr[batch]
 (vLLM's padding) left as they were; bad counts (more tokens than keys, more than max_q_len)
 flagged; a multi-token plan running one-token steps; vLLM's speculative-decoding layout
 (append_kv of every token, then the verification decode); a CUDA graph replaying with other
@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import CACHES, assert_matches_reference, encode, expected_outputs, random_problem, random_sinks
+from problems import (CACHES, assert_matches_reference, encode, expected_outputs, random_problem, random_sinks,
+                      skip_bf16_cache_below_sm80)
 from vxqa_torch._fake import plan_num_chunks
 
 PATHS = ["plain", "planned"]
@@ -29,6 +30,7 @@ def multi_problem(seed, lengths, q_lens, *, group=4, window=0, cap=0.0, sinks=Fa
                   cache="uint8", q_dtype=torch.float16, device="cuda", max_len=None, extra_rows=0):
     """Sequences of `lengths` cached tokens whose last q_lens[b] are query tokens (q_indptr), 2
     KV heads of `group` query heads, q 3x larger (as the variant tests'), and the variant."""
+    skip_bf16_cache_below_sm80(CACHES[cache]["cache_dtype"], device)
     p = random_problem(seed, batch=len(lengths), kv_heads=2, group=group, head_dim=head_dim, page_size=page_size,
                        max_len=max_len or max(max(lengths), 1), q_dtype=q_dtype, device=device, lengths=lengths,
                        q_lens=q_lens, extra_rows=extra_rows, **CACHES[cache])
@@ -114,11 +116,13 @@ def test_multi_token_matches_reference(cuda, path, what, lengths, q_lens, group,
     (128, "float16", 32, torch.float16), (256, "float16", 16, torch.bfloat16), (128, "uint8", 5, torch.bfloat16),
     (256, "uint8", 16, torch.bfloat16), (128, "float8_e5m2", 16, torch.float16),
     (64, "uint8 e4m3", 16, torch.bfloat16), (128, "float8_e4m3fn", 7, torch.float16),
-    (256, "uint8 e4m3", 5, torch.float16), (256, "float8_e4m3fn", 16, torch.bfloat16)])
+    (256, "uint8 e4m3", 5, torch.float16), (256, "float8_e4m3fn", 16, torch.bfloat16),
+    (64, "bfloat16", 16, torch.bfloat16), (128, "bfloat16", 32, torch.bfloat16), (256, "bfloat16", 16, torch.bfloat16),
+    (128, "bfloat16", 5, torch.bfloat16)])
 def test_every_family_runs_multi_token_queries(cuda, path, head_dim, cache, page_size, q_dtype):
     """Each head dim and cache family's multi-token Config (vxqa::DefaultDecoderConfigs'
-    opt::MaxQueryLen<16>: 8 warps, 4 for D 256 fp16), fp16 and bf16 q, ragged tokens, a window
-    of 29 cutting pages of 7 and 5, the soft-cap and sinks."""
+    opt::MaxQueryLen<16>: 8 warps, 4 for D 256 16-bit caches), fp16 and bf16 q (bf16 only for a
+    bf16 cache), ragged tokens, a window of 29 cutting pages of 7 and 5, the soft-cap and sinks."""
     p = multi_problem(900 + head_dim + page_size, [1200, 0, 30, 801], [16, 0, 5, 3], window=29, cap=CAP, sinks=True,
                       head_dim=head_dim, page_size=page_size, cache=cache, q_dtype=q_dtype, device=cuda)
     out, lse, errors, _ = run(p, path)

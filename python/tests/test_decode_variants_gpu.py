@@ -3,17 +3,17 @@ float64 reference (vxqa_torch.reference, from the variants' definitions) within 
 bound, through both paths (decode(), planned every call for its own window; a DecodePlan made
 for the variants), each variant alone and all three together, under one chunk and many: a
 window shorter than a page and windows cutting a page, sinks with length-0 sequences (out 0,
-lse the sink), every head dim and cache family's variant Config, CUDA-graph replay following
-the sinks tensor, torch.compile and opcheck with the new arguments; the plan's chunks over the
-window; and a wrong answer failing (the window off by one token, the sinks or the cap
-ignored). Skips without a GPU."""
+lse the sink), every head dim and cache family's variant Config (bf16 caches with bf16 q, on
+sm_80 and newer), CUDA-graph replay following the sinks tensor, torch.compile and opcheck with
+the new arguments; the plan's chunks over the window; and a wrong answer failing (the window
+off by one token, the sinks or the cap ignored). Skips without a GPU."""
 import math
 
 import pytest
 import torch
 
 import vxqa_torch
-from problems import CACHES, assert_matches_reference, random_problem, random_sinks
+from problems import CACHES, assert_matches_reference, random_problem, random_sinks, skip_bf16_cache_below_sm80
 from vxqa_torch._fake import plan_num_chunks
 
 PATHS = ["plain", "planned"]
@@ -22,6 +22,7 @@ CAP = 5.0  # with q 3x larger, scores of several units: the cap bends them
 
 def variant_problem(seed, lengths, *, window=0, cap=0.0, sinks=False, head_dim=128, page_size=16, cache="uint8",
                     q_dtype=torch.float16, device="cuda", max_len=None):
+    skip_bf16_cache_below_sm80(CACHES[cache]["cache_dtype"], device)
     p = random_problem(seed, batch=len(lengths), kv_heads=2, group=4, head_dim=head_dim, page_size=page_size,
                        max_len=max_len or max(max(lengths), 1), q_dtype=q_dtype, device=device, lengths=lengths,
                        **CACHES[cache])
@@ -86,10 +87,12 @@ def test_variant_matches_reference(cuda, path, what, lengths, window, cap, sinks
     (64, "uint8", 16, torch.float16), (256, "float8_e5m2", 7, torch.float16), (64, "float16", 16, torch.bfloat16),
     (128, "float16", 32, torch.float16), (256, "float16", 16, torch.bfloat16), (128, "uint8", 5, torch.bfloat16),
     (64, "float8_e4m3fn", 7, torch.float16), (128, "uint8 e4m3", 16, torch.float16),
-    (256, "uint8 e4m3", 5, torch.bfloat16)])
+    (256, "uint8 e4m3", 5, torch.bfloat16), (64, "bfloat16", 16, torch.bfloat16), (128, "bfloat16", 32, torch.bfloat16),
+    (256, "bfloat16", 7, torch.bfloat16)])
 def test_every_family_runs_the_variants(cuda, path, head_dim, cache, page_size, q_dtype):
     """Each head dim and cache family's variant Config (vxqa::DefaultDecoderConfigs), fp16 and
-    bf16 q, page sizes that a window cuts mid-page (7, 5) or that hold it (32)."""
+    bf16 q (bf16 only for a bf16 cache), page sizes that a window cuts mid-page (7, 5) or that
+    hold it (32)."""
     p = variant_problem(700 + head_dim + page_size, [1200, 0, 30, 801], window=29, cap=CAP, sinks=True,
                         head_dim=head_dim, page_size=page_size, cache=cache, q_dtype=q_dtype, device=cuda)
     out, lse, errors, _ = run(p, path)

@@ -12,7 +12,8 @@ cases of both ops too, from a valid multi-token call, and against a plan's max_q
 cache's format: every kv_cache_dtype string against every cache dtype (KV_CACHE_DTYPE_TABLE),
 through the fake kernels' mapping, every tensor op on CPU and meta tensors (an accepted pair is
 the table's format: a plan of it runs the call, a plan of another format refuses it) and
-plan_decode, each refusal word for word."""
+plan_decode, each refusal word for word; a bf16 cache ("auto" with bfloat16 tensors) takes
+bfloat16 q only: fp16 q is refused by every decode op and plan_decode, word for word."""
 import math
 
 import pytest
@@ -129,6 +130,14 @@ def caches(a, dtype, dim=None):
     a.update(v_cache=torch.zeros_like(a["k_cache"]))
 
 
+def bf16_q(a):
+    """A decode call's q and out in bfloat16 (what a bf16 cache takes), a plan's too."""
+    a.update(q=a["q"].bfloat16(), out=a["out"].bfloat16())
+    if "plan" in a:
+        ints = dict(zip(PLAN_FIELDS, a["plan"].ints), qo_type=vxqa_torch._fake.BF16_Q)
+        a["plan"].ints = [ints[f] for f in PLAN_FIELDS]
+
+
 # (what is wrong, the argument named, a regex of the refusal's reason, how to make it wrong)
 CACHE_DTYPE_CASES = [
     ("uint8 cache with kv_cache_dtype auto", "k_cache", r"uint8 cache holds fp8 codes of an unstated format "
@@ -140,8 +149,6 @@ CACHE_DTYPE_CASES = [
     ("kv_cache_dtype fp8_e5m2 on a float8_e4m3fn cache", "k_cache", r"dtype Float8_e4m3fn holds E4M3 codes, but "
      r"kv_cache_dtype \"fp8_e5m2\" means E5M2 \(for this cache pass kv_cache_dtype \"auto\", \"fp8\" or "
      r"\"fp8_e4m3\"\)$", lambda a: (caches(a, torch.float8_e4m3fn), a.update(kv_cache_dtype="fp8_e5m2"))),
-    ("bfloat16 cache", "k_cache", r"dtype BFloat16 is not supported \(bf16 caches are not supported yet",
-     lambda a: caches(a, torch.bfloat16)),
     ("kv_cache_dtype unknown", "kv_cache_dtype", r"\"e5m2\" is not one of \"auto\" .*\"fp8_e5m2\", \"fp8\" or "
      r"\"fp8_e4m3\" \(E4M3\)$", lambda a: a.update(kv_cache_dtype="e5m2")),
     ("fp8_e5m2 names an fp16 cache", "k_cache", r"dtype Half does not hold kv_cache_dtype \"fp8_e5m2\"",
@@ -150,7 +157,13 @@ CACHE_DTYPE_CASES = [
      r"Float8_e4m3fn\)$", lambda a: (caches(a, torch.bfloat16), a.update(kv_cache_dtype="fp8_e4m3"))),
 ]
 
-DECODE_CASES = CACHE_DTYPE_CASES + [
+# A bf16 cache runs on the bf16 MMA, which takes bf16 q only (the calls' q is fp16).
+BF16_Q_CASES = [
+    ("fp16 q with a bf16 cache", "q", r"dtype Half with a bf16 cache \(k_cache BFloat16\): a bf16 cache takes "
+     r"BFloat16 q and out only$", lambda a: caches(a, torch.bfloat16)),
+]
+
+DECODE_CASES = CACHE_DTYPE_CASES + BF16_Q_CASES + [
     ("q float32", "q", r"dtype Float is not supported", lambda a: a.update(q=a["q"].float())),
     ("q float8", "q", r"dtype Float8_e5m2 is not supported", lambda a: a.update(q=a["q"].to(torch.float8_e5m2))),
     ("q 2-D", "q", r"\(3 dims\)", lambda a: a.update(q=a["q"][0])),
@@ -249,8 +262,13 @@ PLAN_CASES = [  # decode_planned: the tensors against the plan's shape
      r"model shape", lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.E4M3))),
     ("plan for an e5m2 cache, an e4m3 one given", "k_cache", r"an e4m3 cache, the plan was made for e5m2",
      lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
-    ("plan with an unknown cache type", "plan", r"cache type 4 is not e5m2, e4m3 or fp16$",
-     lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=4))),
+    ("plan with an unknown cache type", "plan", r"cache type 5 is not e5m2, e4m3, fp16 or bf16$",
+     lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=5))),
+    ("plan for a bf16 cache", "k_cache", r"an e5m2 cache, the plan was made for bf16 \(a DecodePlan serves one "
+     r"model shape", lambda a: a.update(plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.BF16,
+                                                        qo_type=vxqa_torch._fake.BF16_Q))),
+    ("plan for an e5m2 cache (bf16 q), a bf16 one given", "k_cache", r"a bf16 cache, the plan was made for e5m2 "
+     r"\(a DecodePlan serves one model shape", lambda a: (caches(a, torch.bfloat16), bf16_q(a))),
     ("plan for bf16 q", "q", r"dtype Half differs from the plan's BFloat16",
      lambda a: a.update(plan=fake_plan(a["q"].device, qo_type=vxqa_torch._fake.BF16_Q))),
     ("plan for page 32", "k_cache", r"page_size 16 differs from the plan's 32",
@@ -320,7 +338,7 @@ def old_plan(a, tag, fields):
 
 
 # The query tokens' arguments: from a valid multi-token call (multi_args), both ops.
-MULTI_CASES = [
+MULTI_CASES = BF16_Q_CASES + [
     ("q_indptr int64", "q_indptr", r"dtype Long is not supported \(Int\)",
      lambda a: a.update(q_indptr=a["q_indptr"].long())),
     ("q_indptr 2-D", "q_indptr", r"must be \[batch \+ 1\] = \[3\] \(batch = block_table\.size\(0\)\), got shape "
@@ -369,7 +387,8 @@ APPEND_CASES = CACHE_DTYPE_CASES + [
     ("slot_mapping longer than key", "slot_mapping", r"6 tokens, more than key's 5 rows \(num_tokens = "
      r"slot_mapping.size\(0\) must be <= key.size\(0\)", lambda a: a.update(slot_mapping=a["slot_mapping"].new_zeros(
          T + 1))),
-    ("k_cache bfloat16", "k_cache", r"dtype BFloat16 is not supported", lambda a: caches(a, torch.bfloat16)),
+    ("k_cache float32", "k_cache", r"dtype Float is not supported \(Half, BFloat16, Float8_e5m2 or Float8_e4m3fn",
+     lambda a: caches(a, torch.float32)),
     ("v_cache strides", "v_cache", r"one set of cache strides",
      lambda a: a.update(v_cache=other_strides(a["v_cache"]))),
     ("key heads", "key", r"the cache's num_kv_heads",
@@ -447,6 +466,14 @@ ACCEPTED = [
      lambda a: (caches(a, torch.float8_e4m3fn), a.update(kv_cache_dtype="fp8_e4m3"))),
     ("decode_planned", "an E4M3 cache on a plan for e4m3", lambda a: (caches(a, torch.float8_e4m3fn), a.update(
         plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.E4M3)))),
+    ("decode", "bf16 cache with kv_cache_dtype auto, bf16 q", lambda a: (caches(a, torch.bfloat16), bf16_q(a))),
+    ("decode_planned", "a bf16 cache on a plan for bf16, bf16 q", lambda a: (caches(a, torch.bfloat16), a.update(
+        plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.BF16)), bf16_q(a))),
+    ("decode multi-token", "a bf16 cache, bf16 q", lambda a: (caches(a, torch.bfloat16), bf16_q(a))),
+    ("decode_planned multi-token", "a bf16 cache on a plan for bf16, bf16 q, every variant", lambda a: (
+        caches(a, torch.bfloat16), a.update(plan=fake_plan(a["q"].device, cache_type=vxqa_torch._fake.BF16,
+                                                           max_q_len=4, variant=7, max_window=32),
+                                            sliding_window=32, logit_softcap=30.0, sinks=sinks_like(a)), bf16_q(a))),
     ("decode multi-token", "an E4M3 cache", lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
     ("decode", "head dim 256", lambda a: (caches(a, torch.float16, 256), a.update(
         q=a["q"].new_zeros(B, HKV * G, 256), out=a["out"].new_zeros(B, HKV * G, 256)))),
@@ -507,6 +534,9 @@ ACCEPTED = [
     ("append_kv", "uint8 cache with kv_cache_dtype fp8 (E4M3)",
      lambda a: (caches(a, torch.uint8), a.update(kv_cache_dtype="fp8"))),
     ("append_kv", "float8_e4m3fn cache with kv_cache_dtype auto", lambda a: caches(a, torch.float8_e4m3fn)),
+    ("append_kv", "bf16 cache with kv_cache_dtype auto, bf16 rows", lambda a: caches(a, torch.bfloat16)),
+    ("append_kv", "bf16 cache, fp16 rows", lambda a: (caches(a, torch.bfloat16), a.update(
+        key=a["key"].half(), value=a["value"].half()))),
     ("decode", "one KV head: v_cache's stride there differs from k_cache's", lambda a: one_kv_head_odd_stride(a)),
     ("append_kv", "one KV head: v_cache's stride there differs from k_cache's",
      lambda a: (one_kv_head_odd_stride(a), a.update(key=a["key"][:, :1], value=a["value"][:, :1]))),
@@ -536,10 +566,8 @@ CACHE_TENSOR_DTYPES = {"uint8": torch.uint8, "float8_e5m2": torch.float8_e5m2, "
 UNSTATED = ('{name}: a uint8 cache holds fp8 codes of an unstated format (E5M2 or E4M3; vLLM\'s "fp8" means E4M3), '
             'which kv_cache_dtype "auto" cannot tell: pass kv_cache_dtype="fp8_e5m2" (E5M2) or "fp8" / "fp8_e4m3" '
             '(E4M3), or the cache as a torch.float8_e5m2 or torch.float8_e4m3fn view')
-BF16 = ("{name}: dtype BFloat16 is not supported (bf16 caches are not supported yet: vxqa reads fp16, E5M2 and E4M3 "
-        "caches)")
-FLOAT32 = ('{name}: dtype Float is not supported (Half, Float8_e5m2 or Float8_e4m3fn, or Byte with kv_cache_dtype '
-           '"fp8_e5m2", "fp8" or "fp8_e4m3")')
+FLOAT32 = ('{name}: dtype Float is not supported (Half, BFloat16, Float8_e5m2 or Float8_e4m3fn, or Byte with '
+           'kv_cache_dtype "fp8_e5m2", "fp8" or "fp8_e4m3")')
 E4M3_UNDER_E5M2 = ('{name}: dtype Float8_e4m3fn holds E4M3 codes, but kv_cache_dtype "fp8_e5m2" means E5M2 (for this '
                    'cache pass kv_cache_dtype "auto", "fp8" or "fp8_e4m3")')
 
@@ -566,12 +594,13 @@ def unknown(kv):
             f'(E4M3)')
 
 
-# (kv_cache_dtype, the caches' dtype): the format vxqa runs ("e5m2", "e4m3", "fp16"), or the
-# refusal word for word ({name}: the cache's argument, k_cache or plan_decode's cache_dtype).
+# (kv_cache_dtype, the caches' dtype): the format vxqa runs ("e5m2", "e4m3", "fp16", "bf16"), or
+# the refusal word for word ({name}: the cache's argument, k_cache or plan_decode's cache_dtype).
 KV_CACHE_DTYPE_TABLE = {
-    # "auto": the dtype says; a uint8 cache could be either fp8 format, bf16 is not supported yet
+    # "auto": the dtype says (bfloat16: vLLM's "auto" for a bf16 model); a uint8 cache could be
+    # either fp8 format
     ("auto", "uint8"): UNSTATED, ("auto", "float8_e5m2"): "e5m2", ("auto", "float8_e4m3fn"): "e4m3",
-    ("auto", "float16"): "fp16", ("auto", "bfloat16"): BF16, ("auto", "float32"): FLOAT32,
+    ("auto", "float16"): "fp16", ("auto", "bfloat16"): "bf16", ("auto", "float32"): FLOAT32,
     # "fp8_e5m2": uint8 or float8_e5m2
     ("fp8_e5m2", "uint8"): "e5m2", ("fp8_e5m2", "float8_e5m2"): "e5m2", ("fp8_e5m2", "float8_e4m3fn"): E4M3_UNDER_E5M2,
     ("fp8_e5m2", "float16"): not_held("Half", "fp8_e5m2", "Float8_e5m2"),
@@ -585,8 +614,9 @@ KV_CACHE_DTYPE_TABLE = {
 }
 KV_TABLE_CASES = [(kv, dtype, want) for (kv, dtype), want in KV_CACHE_DTYPE_TABLE.items()]
 KV_TABLE_IDS = [f"{kv or '(empty)'} {dtype}" for kv, dtype, _ in KV_TABLE_CASES]
-FORMAT_CODES = {"e5m2": vxqa_torch._fake.E5M2, "e4m3": vxqa_torch._fake.E4M3, "fp16": vxqa_torch._fake.FP16}
-OTHER_FORMAT = {"e5m2": "e4m3", "e4m3": "e5m2", "fp16": "e5m2"}
+FORMAT_CODES = {"e5m2": vxqa_torch._fake.E5M2, "e4m3": vxqa_torch._fake.E4M3, "fp16": vxqa_torch._fake.FP16,
+                "bf16": vxqa_torch._fake.BF16}
+OTHER_FORMAT = {"e5m2": "e4m3", "e4m3": "e5m2", "fp16": "e5m2", "bf16": "fp16"}
 
 
 def test_the_table_covers_every_string_and_dtype():
@@ -613,7 +643,8 @@ def test_fake_cache_format_maps_each_string_and_dtype(kv_cache_dtype, dtype, wan
 def test_each_op_maps_each_string_and_dtype(device, op, kv_cache_dtype, dtype, want):
     """Every op, through the C++ checks (cpu) and the fake kernels (meta): an accepted pair
     passes every check, and against a plan it is the table's format (a plan of that format
-    runs it, one of another format names both); a refused pair raises the table's message."""
+    runs it, one of another format names both); a refused pair raises the table's message.
+    A bf16 cache's decode calls take bf16 q (test_a_bf16_cache_refuses_fp16_q: not fp16)."""
     make_args, call = OPS[op]
     a = make_args(device)
     caches(a, CACHE_TENSOR_DTYPES[dtype])
@@ -625,23 +656,61 @@ def test_each_op_maps_each_string_and_dtype(device, op, kv_cache_dtype, dtype, w
         return
     if op == "decode_planned":
         a["plan"] = fake_plan(device, cache_type=FORMAT_CODES[want])
+    if want == "bf16" and op != "append_kv":
+        bf16_q(a)
     cpu_refusal(call, a)
     if op == "decode_planned":
         other = OTHER_FORMAT[want]
-        a["plan"] = fake_plan(device, cache_type=FORMAT_CODES[other])
-        with pytest.raises(ValueError, match=rf"^k_cache: an {want} cache, the plan was made for {other} "):
+        a["plan"] = fake_plan(device, cache_type=FORMAT_CODES[other], qo_type=a["plan"].qo_type)
+        article = "a" if want == "bf16" else "an"
+        with pytest.raises(ValueError, match=rf"^k_cache: {article} {want} cache, the plan was made for {other} "):
             call(a)
+
+
+BF16_Q_REFUSAL = "q: dtype Half with a bf16 cache (k_cache BFloat16): a bf16 cache takes BFloat16 q and out only"
+
+
+@pytest.mark.parametrize("op", ["decode", "decode_planned", "decode multi-token", "decode_planned multi-token"])
+def test_a_bf16_cache_refuses_fp16_q(op):
+    """A bf16 cache ("auto" with bfloat16 caches) with fp16 q: the C++ op (cpu) and the fake
+    kernel (meta) refuse it word for word, naming q and the cache, whatever the plan's format
+    (the q check comes first); the same call with bf16 q passes every check."""
+    make_args, call = OPS[op]
+    for device in ("cpu", "meta"):
+        for plan_format in (vxqa_torch._fake.BF16, vxqa_torch._fake.E5M2):
+            a = make_args(device)
+            caches(a, torch.bfloat16)
+            if "plan" in a:
+                a["plan"] = fake_plan(device, cache_type=plan_format, max_q_len=a["plan"].max_q_len,
+                                      variant=a["plan"].variant)
+            with pytest.raises(ValueError) as refusal:
+                call(a)
+            assert str(refusal.value) == BF16_Q_REFUSAL
+        if "plan" in a:
+            a["plan"] = fake_plan(device, cache_type=vxqa_torch._fake.BF16, max_q_len=a["plan"].max_q_len,
+                                  variant=a["plan"].variant)
+        bf16_q(a)
+        cpu_refusal(call, a)
 
 
 @pytest.mark.parametrize("kv_cache_dtype,dtype,want", KV_TABLE_CASES, ids=KV_TABLE_IDS)
 def test_plan_decode_maps_each_string_and_dtype(kv_cache_dtype, dtype, want):
     """plan_decode (DecodePlan's op) takes the same pairs: an accepted one gets as far as the
-    device (a CPU one here), a refused one names cache_dtype (or kv_cache_dtype)."""
-    with pytest.raises(ValueError) as refusal:
-        torch.ops.vxqa.plan_decode(HKV, G, D, P, 4, 64, torch.half, kv_cache_dtype, CACHE_TENSOR_DTYPES[dtype],
-                                   torch.device("cpu"))
+    device (a CPU one here), a refused one names cache_dtype (or kv_cache_dtype). A bf16
+    cache's plan takes bf16 q, and refuses fp16 q naming q_dtype."""
+    def plan(q_dtype):
+        with pytest.raises(ValueError) as refusal:
+            torch.ops.vxqa.plan_decode(HKV, G, D, P, 4, 64, q_dtype, kv_cache_dtype, CACHE_TENSOR_DTYPES[dtype],
+                                       torch.device("cpu"))
+        return str(refusal.value)
+
     accepted = "device: must be a CUDA device, got cpu"
-    assert str(refusal.value) == (accepted if want in FORMAT_CODES else want.format(name="cache_dtype"))
+    if want == "bf16":
+        assert plan(torch.bfloat16) == accepted
+        assert plan(torch.half) == ("q_dtype: dtype Half with a bf16 cache (cache_dtype BFloat16): a bf16 cache takes "
+                                    "BFloat16 q and out only")
+        return
+    assert plan(torch.half) == (accepted if want in FORMAT_CODES else want.format(name="cache_dtype"))
 
 
 def test_error_bits_are_one_set():
@@ -686,8 +755,13 @@ PLAN_DECODE_CASES = [  # (what is wrong, the argument named, reason, plan_decode
     ("kv_cache_dtype fp8, on the CPU", "device", r"must be a CUDA device, got cpu", dict(kv_cache_dtype="fp8")),
     ("kv_cache_dtype fp8 with a float8_e5m2 cache", "cache_dtype", r"dtype Float8_e5m2 holds E5M2 codes, but "
      r"kv_cache_dtype \"fp8\" means E4M3", dict(kv_cache_dtype="fp8", cache_dtype=torch.float8_e5m2)),
-    ("auto with a bf16 cache", "cache_dtype", r"bf16 caches are not supported yet",
+    ("auto with a bf16 cache, fp16 q (the default)", "q_dtype", r"dtype Half with a bf16 cache \(cache_dtype "
+     r"BFloat16\): a bf16 cache takes BFloat16 q and out only$",
      dict(kv_cache_dtype="auto", cache_dtype=torch.bfloat16)),
+    ("auto with a bf16 cache and bf16 q, on the CPU", "device", r"must be a CUDA device, got cpu",
+     dict(kv_cache_dtype="auto", cache_dtype=torch.bfloat16, q_dtype=torch.bfloat16)),
+    ("fp8_e5m2 with a bf16 cache", "cache_dtype", r"dtype BFloat16 does not hold kv_cache_dtype \"fp8_e5m2\"",
+     dict(cache_dtype=torch.bfloat16, q_dtype=torch.bfloat16)),
     ("auto with a uint8 cache", "cache_dtype", r"uint8 cache holds fp8 codes of an unstated format",
      dict(kv_cache_dtype="auto", cache_dtype=torch.uint8)),
     ("fp8_e5m2 with an fp16 cache", "cache_dtype", r"dtype Half does not hold kv_cache_dtype",
@@ -864,15 +938,16 @@ def meta(*shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def layer_inputs(batch, head_dim=CD, padding=1, sinks=False):
+def layer_inputs(batch, head_dim=CD, padding=1, sinks=False, dtype=torch.half, cache_dtype=torch.uint8):
     """A decode step's tensors for `batch` sequences: key/value padded by `padding` rows, as
-    vLLM pads them for CUDA graphs, and slot_mapping not (and the layer's sinks)."""
+    vLLM pads them for CUDA graphs, and slot_mapping not (and the layer's sinks); q, key and
+    value of `dtype`, the caches of `cache_dtype`."""
     extra = dict(sinks=meta(CHD * CG, dtype=torch.float32)) if sinks else {}
-    return dict(**extra, q=meta(batch, CHD * CG, head_dim, dtype=torch.half),
-                key=meta(batch + padding, CHD, head_dim, dtype=torch.half),
-                value=meta(batch + padding, CHD, head_dim, dtype=torch.half), slots=meta(batch, dtype=torch.long),
-                k_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
-                v_cache=meta(CPAGES, P, CHD, head_dim, dtype=torch.uint8),
+    return dict(**extra, q=meta(batch, CHD * CG, head_dim, dtype=dtype),
+                key=meta(batch + padding, CHD, head_dim, dtype=dtype),
+                value=meta(batch + padding, CHD, head_dim, dtype=dtype), slots=meta(batch, dtype=torch.long),
+                k_cache=meta(CPAGES, P, CHD, head_dim, dtype=cache_dtype),
+                v_cache=meta(CPAGES, P, CHD, head_dim, dtype=cache_dtype),
                 block_table=meta(batch, CMAX_PAGES, dtype=torch.int32), seq_lens=meta(batch, dtype=torch.int32))
 
 
@@ -881,6 +956,13 @@ def plain_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
     return vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype="fp8_e5m2") * 2
 
 
+def bf16_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_lens):
+    """A bf16 model's layer: its bf16 caches under "auto" (the default), bf16 q."""
+    vxqa_torch.append_kv(key, value, slots, k_cache, v_cache)
+    return vxqa_torch.decode(q, k_cache, v_cache, block_table, seq_lens) * 2
+
+
+BF16_LAYER = dict(dtype=torch.bfloat16, cache_dtype=torch.bfloat16)
 META_PLAN = None
 
 
@@ -939,10 +1021,11 @@ def specialising_layer(q, key, value, slots, k_cache, v_cache, block_table, seq_
 
 @pytest.mark.parametrize("layer,graphs", [(plain_layer, 1), (planned_layer, 1), (variant_layer, 1),
                                           (planned_variant_layer, 1), (multi_layer, 1), (planned_multi_layer, 1),
-                                          (specialising_layer, 2)],
+                                          (bf16_layer, 1), (specialising_layer, 2)],
                          ids=["decode", "DecodePlan.run", "decode with every variant",
                               "DecodePlan.run with every variant", "decode with q_indptr",
-                              "DecodePlan.run with q_indptr and a window", "control: a layer that specialises"])
+                              "DecodePlan.run with q_indptr and a window", "decode of a bf16 cache",
+                              "control: a layer that specialises"])
 def test_torch_compile_dynamic_batch_does_not_recompile(layer, graphs):
     """Batches 2, 3 and 7 (with q_indptr: 6, 9 and 21 query rows) compile one graph."""
     global META_PLAN
@@ -956,9 +1039,10 @@ def test_torch_compile_dynamic_batch_does_not_recompile(layer, graphs):
     compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
     frames = []
     for batch in (2, 3, 7):
-        inputs = multi_inputs(batch) if multi else layer_inputs(batch, sinks=variant)
+        inputs = (multi_inputs(batch) if multi else
+                  layer_inputs(batch, sinks=variant, **(BF16_LAYER if layer is bf16_layer else {})))
         out = compiled(**inputs)
-        assert out.shape == inputs["q"].shape and out.dtype == torch.half
+        assert out.shape == inputs["q"].shape and out.dtype == inputs["q"].dtype
         frames.append(counter.frame_count)
     # The first call may compile more than one frame; later batch sizes must reuse them.
     assert frames[-1] - frames[0] == graphs - 1, f"frames compiled after each call: {frames}"
@@ -1027,6 +1111,17 @@ def test_torch_compile_refuses_bad_query_tokens_while_tracing(layer, max_q_len, 
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
         compiled(**inputs)
     assert message in str(refusal.value)
+    assert counter.frame_count == 0
+
+
+def test_torch_compile_refuses_fp16_q_with_a_bf16_cache_while_tracing():
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(bf16_layer, backend=counter, fullgraph=True, dynamic=True)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
+        compiled(**layer_inputs(3, cache_dtype=torch.bfloat16))
+    assert ("ValueError('q: dtype Half with a bf16 cache (k_cache BFloat16): a bf16 cache takes BFloat16 q and out "
+            "only')") in str(refusal.value)
     assert counter.frame_count == 0
 
 

@@ -3,8 +3,8 @@ problems.assert_matches_reference), on the CPU: a port of the C++ error model
 (testing/include/vxqa/testing/error_model.h) and of compare.h's bounds.
 
 - Outputs with a correct kernel's roundings pass: the reference rounded to fp16 / bf16 (out)
-  and fp32 (lse), and a simulation of the kernels' arithmetic (fp32 scores, fp16 weights,
-  fp32 sums, 64-token chunks merged by their LSE).
+  and fp32 (lse), and a simulation of the kernels' arithmetic (fp32 scores, fp16 weights (bf16
+  for a bf16 cache, whose MMA takes bf16 P), fp32 sums, 64-token chunks merged by their LSE).
 - A wrong answer fails where the old bound (2e-3 max|V| + |ref| / 1024) passed it: one
   sequence of 16K and 64K tokens with flat scores, a 16-token tile or the last token dropped;
   two heads of a group swapped fails too.
@@ -27,7 +27,8 @@ problems.assert_matches_reference), on the CPU: a port of the C++ error model
   float8_e4m3fn) and E5M2 codes by the OCP definitions, and refuses what the ops refuse; an
   E4M3 problem's reference and model are those of its values in fp16, bit for bit, and its
   bytes read as E5M2 fail the bound; the rounded reference and the simulated kernel pass with
-  E4M3 caches too.
+  E4M3 caches too. bf16 caches: dequantize reads every bf16 bit pattern as the fp32 of its 16
+  top bits (torch.bfloat16 to float64); their weights' bf16 rounding term is 2^3 times fp16's.
 """
 import math
 
@@ -36,7 +37,7 @@ import torch
 
 from problems import CACHES, assert_matches_reference, expected_outputs, random_problem, random_sinks
 from vxqa_torch.reference import (LN2, LOG2E, decode_error_model, decode_reference, dequantize, error_bounds,
-                                  query_rows, visible_keys)
+                                  query_rows, visible_keys, weight_rounding_sigma)
 
 
 def ratios(out, lse, want):
@@ -60,7 +61,8 @@ def old_bound_ratios(out, lse, want, v_cache, v_scale):
 def simulated_kernel(p, chunk=64):
     """out (q's dtype) and lse (fp32) of problem p as the kernels round: fp32 scores times the
     fp32 product softmax_scale * k_scale * log2(e), each chunk's weights exp2(s - chunk max)
-    rounded to fp16 and summed in fp32 with P.V, the chunks merged by their LSE in fp32, times
+    rounded to fp16 (bf16 for a bf16 cache: its MMA takes bf16 P) and summed in fp32 with P.V,
+    the chunks merged by their LSE in fp32, times
     v_scale, rounded to the output type. (One frame per chunk: the kernels' running frames
     and warps are not simulated; test/cpu/compare_power.cpp does that.)
     p.variant's: a window's keys only, its chunks from the multiple of 16 at or below its
@@ -89,6 +91,7 @@ def simulated_kernel(p, chunk=64):
     sink_log2 = None if sinks is None else sinks.cpu().to(f32).reshape(kv_heads, group) * t32(LOG2E)
     keys = dequantize(p.k_cache, 1.0, p.kv_cache_dtype).to(f32)  # exact
     values = dequantize(p.v_cache, 1.0, p.kv_cache_dtype).to(f32)
+    weights_dtype = torch.bfloat16 if p.k_cache.dtype == torch.bfloat16 else torch.float16
     out = torch.full((batch, q_heads, dim), math.nan, dtype=p.q.dtype)
     lse = torch.full((batch, q_heads), math.nan)
     page = keys.shape[1]
@@ -119,7 +122,7 @@ def simulated_kernel(p, chunk=64):
         s = torch.cat([s, torch.full((kv_heads, group, pad), -math.inf)], dim=2).reshape(kv_heads, group, n, c)
         vp = torch.cat([v, v.new_zeros(pad, kv_heads, dim)]).reshape(n, c, kv_heads, dim)
         m = s.amax(dim=-1)  # [h, g, n]; a chunk wholly before the window: -inf, weight 0
-        w = torch.exp2(s - torch.where(m.isfinite(), m, 0.0)[..., None]).half().to(f32)  # the fp16 weights
+        w = torch.exp2(s - torch.where(m.isfinite(), m, 0.0)[..., None]).to(weights_dtype).to(f32)  # the P.V weights
         l = w.sum(dim=-1)
         o = torch.einsum("hgnc,nchd->hgnd", w, vp) / torch.where(l > 0, l, 1.0)[..., None]
         part_lse = m + torch.log2(l)
@@ -139,8 +142,11 @@ def simulated_kernel(p, chunk=64):
 
 # ---- a correct kernel's roundings pass ----
 
-@pytest.mark.parametrize("cache", ["uint8", "float16", "uint8 e4m3"])
-@pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16])
+ROUNDED_CASES = [(cache, q_dtype) for cache in ("uint8", "float16", "uint8 e4m3")
+                 for q_dtype in (torch.float16, torch.bfloat16)] + [("bfloat16", torch.bfloat16)]  # bf16 q only
+
+
+@pytest.mark.parametrize("cache,q_dtype", ROUNDED_CASES)
 def test_the_reference_rounded_and_a_simulated_kernel_pass(cache, q_dtype):
     worst = {}
     for seed, lengths in enumerate([[1, 0, 2], [17, 100, 64], [900, 65, 129], [5000, 3, 0]]):
@@ -875,12 +881,37 @@ def test_dequantize_reads_every_e5m2_code_by_its_definition(kv_cache_dtype, dtyp
     assert_same_values(dequantize(codes, 0.5, kv_cache_dtype).tolist(), [0.5 * ocp_e5m2(c) for c in range(256)])
 
 
+def test_dequantize_reads_every_bf16_pattern_as_its_fp32_top_half():
+    """A bf16 cache ("auto", or no string: its dtype says) is torch.bfloat16 to float64: each
+    of the 65536 patterns is the fp32 whose top 16 bits it is, times the scale."""
+    patterns = torch.arange(65536, dtype=torch.int32)
+    codes = torch.where(patterns >= 0x8000, patterns - 0x10000, patterns).to(torch.int16).view(torch.bfloat16)
+    want = (patterns << 16).view(torch.float32).double() * 2.0
+    for kv_cache_dtype in (None, "auto"):
+        got = dequantize(codes, 2.0, kv_cache_dtype)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[~got.isnan()], want[~want.isnan()])
+
+
+def test_bf16_weights_round_8_times_coarser():
+    """The bf16 weights' rounding term: 2^3 times the fp16 one where both are normal; below
+    fp16's 2^-25 a bf16 weight still rounds (its error is not the weight), below fp32's least
+    normal the kernels' exp2 flushes it to 0 (its error is the weight)."""
+    p = torch.tensor([1.0, 0.75, 2.0**-3 * 1.3, 2.0**-14])
+    assert torch.equal(weight_rounding_sigma(p, bf16=True), 8 * weight_rounding_sigma(p))
+    small = torch.tensor([2.0**-30, 2.0**-127], dtype=torch.float64)
+    assert torch.equal(weight_rounding_sigma(small), small)
+    assert torch.equal(weight_rounding_sigma(small, bf16=True),
+                       torch.tensor([2.0**-37 / math.sqrt(12.0), 2.0**-127], dtype=torch.float64))
+
+
 def test_dequantize_refuses_what_the_ops_refuse():
     with pytest.raises(ValueError, match=r"^cache: a uint8 cache holds fp8 codes of an unstated format"):
         dequantize(torch.zeros(4, dtype=torch.uint8), 1.0, "auto")
     with pytest.raises(ValueError, match=r"^cache: dtype Float8_e5m2 holds E5M2 codes, but kv_cache_dtype \"fp8\" "
                                          r"means E4M3"):
         dequantize(torch.zeros(4, dtype=torch.float8_e5m2), 1.0, "fp8")
+    with pytest.raises(ValueError, match=r"^cache: dtype BFloat16 does not hold kv_cache_dtype \"fp8_e5m2\""):
+        dequantize(torch.zeros(4, dtype=torch.bfloat16), 1.0, "fp8_e5m2")
 
 
 @pytest.mark.parametrize("cache", ["uint8 e4m3", "float8_e4m3fn"])

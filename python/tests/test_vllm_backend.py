@@ -8,6 +8,8 @@ What a serving step looks like here, as in vLLM with full CUDA graphs for decode
 - one graph is captured once and replayed every step while the lengths grow;
 - outside a graph (vLLM's eager or piecewise mode) key/value keep the padded row count while
   slot_mapping holds only the real tokens.
+The cache is vLLM's uint8 fp8 one (E5M2 or E4M3, its string says), or a bf16 model's own bf16
+cache under "auto" (sm_80 and newer).
 Outputs are compared with the float64 reference (vxqa_torch/reference.py) within the tests'
 bound, and the cache rows written with the CPU encoder, bit for bit. GPU only: skips on CPU.
 And docs/vllm.md's "Attention variants": gpt-oss-style layers (a 128-token window on every
@@ -20,7 +22,7 @@ import pytest
 import torch
 
 import vxqa_torch
-from problems import assert_matches_reference, encode, expected_outputs, random_problem
+from problems import assert_matches_reference, encode, expected_outputs, random_problem, skip_bf16_cache_below_sm80
 
 PAD_SLOT_ID = -1  # vLLM's slot for a padding token
 
@@ -83,6 +85,8 @@ class Engine:
         self.max_num_seqs, self.max_blocks = 8, 12  # a request holds up to 192 tokens
         self.num_blocks = self.max_num_seqs * self.max_blocks + 3
         self.cache_dtype, self.kv_cache_dtype = cache_dtype, kv_cache_dtype
+        # vLLM's "auto": the cache has the model's dtype; an fp8 cache here serves an fp16 model.
+        self.model_dtype = torch.bfloat16 if cache_dtype == torch.bfloat16 else torch.float16
         shape = (self.num_blocks, self.block_size, self.num_kv_heads, self.head_size)
         if hnd:  # FlashInfer's HND: [blocks, 2, heads, block_size, head_size] in memory, viewed as NHD
             kv = torch.zeros(self.num_blocks, 2, self.num_kv_heads, self.block_size, self.head_size,
@@ -93,7 +97,7 @@ class Engine:
         self.layer = Layer(torch.tensor(0.5, device=device), torch.tensor(2.0, device=device))
         self.backend = VxqaDecodeBackend(self.num_heads, self.num_kv_heads, self.head_size, self.block_size,
                                          self.max_num_seqs, self.max_blocks * self.block_size, kv_cache_dtype,
-                                         cache_dtype, torch.float16, device)
+                                         cache_dtype, self.model_dtype, device)
         # Each request's blocks: a random permutation, as an allocator leaves them.
         self.blocks = torch.randperm(self.num_blocks, generator=self.g)[: self.max_num_seqs * self.max_blocks]
         self.blocks = self.blocks.view(self.max_num_seqs, self.max_blocks).int()
@@ -108,9 +112,9 @@ class Engine:
         `padded_tokens` rows of query/key/value."""
         num_reqs, padded_tokens = len(lengths), padded_tokens or padded_batch
         width = self.num_heads * self.head_size, self.num_kv_heads * self.head_size
-        query = torch.randn(padded_tokens, width[0], generator=self.g).half()
-        key = torch.randn(padded_tokens, width[1], generator=self.g).half()
-        value = torch.randn(padded_tokens, width[1], generator=self.g).half()
+        query = torch.randn(padded_tokens, width[0], generator=self.g).to(self.model_dtype)
+        key = torch.randn(padded_tokens, width[1], generator=self.g).to(self.model_dtype)
+        value = torch.randn(padded_tokens, width[1], generator=self.g).to(self.model_dtype)
         key[num_reqs:] = value[num_reqs:] = math.nan  # padding: must never reach the cache
         slots = [self.slot(r, n - 1) for r, n in enumerate(lengths)] + [PAD_SLOT_ID] * (padded_batch - num_reqs)
         table = torch.zeros(padded_batch, self.max_blocks, dtype=torch.int32)
@@ -145,17 +149,20 @@ class Engine:
 
 
 @pytest.mark.parametrize("hnd", [False, True], ids=["NHD", "HND view"])
-@pytest.mark.parametrize("kv_cache_dtype", ["fp8_e5m2", "fp8"])  # vLLM's uint8 cache, E5M2 or E4M3 (its "fp8")
-def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd, kv_cache_dtype):
-    engine = Engine(cuda, hnd=hnd, kv_cache_dtype=kv_cache_dtype)
+# vLLM's uint8 cache, E5M2 or E4M3 (its "fp8"); a bf16 model's cache under "auto"
+@pytest.mark.parametrize("kv_cache_dtype,cache_dtype", [("fp8_e5m2", torch.uint8), ("fp8", torch.uint8),
+                                                        ("auto", torch.bfloat16)], ids=["fp8_e5m2", "fp8", "auto bf16"])
+def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd, kv_cache_dtype, cache_dtype):
+    skip_bf16_cache_below_sm80(cache_dtype, cuda)
+    engine = Engine(cuda, hnd=hnd, kv_cache_dtype=kv_cache_dtype, cache_dtype=cache_dtype)
     d = lambda t: t.to(cuda)  # noqa: E731
     errors = torch.zeros(1, dtype=torch.int32, device=cuda)
 
     # Prompts already in the cache (a prefill's writes: append_kv with one slot per token).
     prompts = [37, 1, 100, 16, 150]
     for r, n in enumerate(prompts):
-        k = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).half()
-        v = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).half()
+        k = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).to(engine.model_dtype)
+        v = torch.randn(n, engine.num_kv_heads, engine.head_size, generator=engine.g).to(engine.model_dtype)
         slots = torch.tensor([engine.slot(r, i) for i in range(n)])
         vxqa_torch.append_kv(d(k), d(v), d(slots), *engine.kv_cache.unbind(0), kv_cache_dtype=kv_cache_dtype,
                              k_scale=engine.layer._k_scale, v_scale=engine.layer._v_scale, errors=errors)
@@ -173,8 +180,8 @@ def test_vllm_decode_steps_in_a_captured_graph(cuda, hnd, kv_cache_dtype):
 
     # Full CUDA graph of the padded batch of 8, captured once: its inputs are static buffers
     # the loop refills, as vLLM's model runner does.
-    static_q = torch.zeros(8, engine.num_heads * engine.head_size, dtype=torch.half, device=cuda)
-    static_k = torch.zeros(8, engine.num_kv_heads * engine.head_size, dtype=torch.half, device=cuda)
+    static_q = torch.zeros(8, engine.num_heads * engine.head_size, dtype=engine.model_dtype, device=cuda)
+    static_k = torch.zeros(8, engine.num_kv_heads * engine.head_size, dtype=engine.model_dtype, device=cuda)
     static_v = torch.zeros_like(static_k)
     static_meta = DecodeMetadata(torch.full((8,), PAD_SLOT_ID, dtype=torch.long, device=cuda),
                                  torch.zeros(8, dtype=torch.int32, device=cuda),
@@ -207,6 +214,16 @@ def test_vllm_uint8_cache_needs_its_format_stated():
     for stated in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         with pytest.raises(ValueError, match=r"^device: must be a CUDA device, got cpu"):
             Engine(torch.device("cpu"), kv_cache_dtype=stated)
+
+
+def test_vllm_auto_takes_a_bf16_models_cache():
+    """vLLM's "auto" for a bf16 model: a bfloat16 cache, and bf16 query, get as far as the
+    device (on CPU here); the fp8 strings refuse that cache (it holds no fp8 codes)."""
+    with pytest.raises(ValueError, match=r"^device: must be a CUDA device, got cpu"):
+        Engine(torch.device("cpu"), kv_cache_dtype="auto", cache_dtype=torch.bfloat16)
+    for fp8 in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        with pytest.raises(ValueError, match=rf"^cache_dtype: dtype BFloat16 does not hold kv_cache_dtype \"{fp8}\""):
+            Engine(torch.device("cpu"), kv_cache_dtype=fp8, cache_dtype=torch.bfloat16)
 
 
 @dataclass

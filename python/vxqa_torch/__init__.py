@@ -1,4 +1,4 @@
-"""vxqa's torch ops: decode attention over a paged FP8 (E5M2 or E4M3) or fp16 KV cache, and
+"""vxqa's torch ops: decode attention over a paged FP8 (E5M2 or E4M3), fp16 or bf16 KV cache, and
 the writer that puts each step's new K/V into it. docs/torch.md is the guide, docs/vllm.md the
 mapping from a vLLM attention backend.
 
@@ -82,20 +82,23 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
     plan.run(...) instead.
 
     q            float16 or bfloat16 [batch, num_q_heads, head_dim], the last dimension contiguous
-                 (with q_indptr [num_tokens, num_q_heads, head_dim]: a row a query token).
+                 (with q_indptr [num_tokens, num_q_heads, head_dim]: a row a query token);
+                 bfloat16 only with a bf16 cache.
     k_cache      [num_pages, page_size, num_kv_heads, head_dim] (vLLM NHD, any strides but
-    v_cache      the last): float16, float8_e5m2 (E5M2) or float8_e4m3fn (E4M3), or uint8
-                 holding fp8 codes of the format kv_cache_dtype states; K and V share dtype,
-                 shape and strides. Query head h reads KV head h // group.
+    v_cache      the last): float16, bfloat16 (sm_80 and newer: the bf16 MMA), float8_e5m2
+                 (E5M2) or float8_e4m3fn (E4M3), or uint8 holding fp8 codes of the format
+                 kv_cache_dtype states; K and V share dtype, shape and strides. Query head h
+                 reads KV head h // group.
     block_table  int32 [batch, max_pages_per_seq]: page ids in [0, num_pages).
     seq_lens     int32 [batch]: each sequence's tokens in the cache, this step's included;
                  read on the device at every launch (graph-safe). 0 gives out 0, lse -inf.
-    kv_cache_dtype  vLLM's string: "auto" (the cache's dtype says; uint8 is refused, its
-                 bytes do not say E5M2 from E4M3), "fp8_e5m2" (E5M2), "fp8" or "fp8_e4m3"
-                 (E4M3: vLLM's "fp8"). An fp8 string takes uint8 or its own float8 dtype, and
-                 refuses the other one. bf16 caches are not supported yet. E4M3 is decoded
-                 exactly: the hardware cvt on sm_89 and newer, a bit-move on SM70, SM75,
-                 sm_80 and sm_86.
+    kv_cache_dtype  vLLM's string: "auto" (the cache's dtype says: float16, bfloat16 or a
+                 float8 dtype; uint8 is refused, its bytes do not say E5M2 from E4M3),
+                 "fp8_e5m2" (E5M2), "fp8" or "fp8_e4m3" (E4M3: vLLM's "fp8"). An fp8 string
+                 takes uint8 or its own float8 dtype, and refuses the other one (and 16-bit
+                 caches). E4M3 is decoded exactly: the hardware cvt on sm_89 and newer, a
+                 bit-move on SM70, SM75, sm_80 and sm_86. A bf16 cache runs on sm_80 and newer
+                 only (SM70 and SM75 refuse it) and takes bfloat16 q and out only.
     softmax_scale  default 1 / sqrt(head_dim).
     k_scale, v_scale  real = stored * scale: a float, or a one-element float32 CUDA tensor.
     max_context  the plan's capacity (default block_table.size(1) * page_size): lengths
@@ -161,11 +164,12 @@ class DecodePlan:
     num_kv_heads, head_dim, page_size   the cache's shape (head_dim 64, 128 or 256).
     max_batch, max_context      the capacity: sequences per call, tokens per sequence (the
                                 block table passed to run() must hold max_context tokens).
-    q_dtype                     float16 or bfloat16 (q and out).
+    q_dtype                     float16 or bfloat16 (q and out; bfloat16 with a bf16 cache).
     kv_cache_dtype, cache_dtype vLLM's string as for decode(), and the cache tensors' dtype
-                                ("auto" needs it; an fp8 string takes uint8, the default, or
-                                its float8 dtype: "fp8_e5m2" float8_e5m2, "fp8" and
-                                "fp8_e4m3" float8_e4m3fn).
+                                ("auto" needs it: float16, bfloat16 (a bf16 cache) or a
+                                float8 dtype; an fp8 string takes uint8, the default, or its
+                                float8 dtype: "fp8_e5m2" float8_e5m2, "fp8" and "fp8_e4m3"
+                                float8_e4m3fn).
     device                      default: the current CUDA device.
 
     The attention variants its runs may use (each off by default; a plan with one runs on
@@ -230,8 +234,9 @@ class DecodePlan:
 
     @property
     def config_name(self):
-        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16" or "D128 e4m3 bf16 W4 page16"
-        (with a variant, e.g. "D128 e5m2 fp16 W4 page* +window +softcap +sinks")."""
+        """The chosen Config, e.g. "D128 e5m2 fp16 W4 page16", "D128 e4m3 bf16 W4 page16" or,
+        for a bf16 cache, "D128 bf16 bf16 W4 page*" (with a variant, e.g. "D128 e5m2 fp16 W4
+        page* +window +softcap +sinks")."""
         return torch.ops.vxqa.describe_plan(self.ints)
 
     @property
@@ -325,7 +330,7 @@ def append_kv(key, value, slot_mapping, k_cache, v_cache, *, kv_cache_dtype="aut
                  APPEND_ERROR_BAD_SLOT and is not written.
     k_cache, v_cache  as in decode(); written in place. E5M2 stores x / scale rounded to
                  nearest even, saturated to +-57344; E4M3 likewise, saturated to +-448, every
-                 NaN as 0x7F; fp16 caches store x / scale.
+                 NaN as 0x7F; fp16 and bf16 caches store x / scale rounded to nearest even.
     kv_cache_dtype  as in decode().
     k_scale, v_scale  a float, or a one-element float32 CUDA tensor.
     errors       optional int32 CUDA tensor of one element: the ERROR bits are OR-ed in.

@@ -32,14 +32,15 @@ _DTYPE_NAMES = {
 
 HEAD_DIMS = (64, 128, 256)  # vxqa::DefaultDecoderConfigs
 KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8", "fp8_e4m3")  # vLLM's strings the ops take
-E5M2, FP16, E4M3 = 1, 2, 3  # vxqa::KvType values (kUnset = 0)
-CACHE_TYPE_NAMES = {E5M2: "e5m2", E4M3: "e4m3", FP16: "fp16"}  # vxqa::kv_type_name
+E5M2, FP16, E4M3, BF16 = 1, 2, 3, 4  # vxqa::KvType values (kUnset = 0)
+CACHE_TYPE_NAMES = {E5M2: "e5m2", E4M3: "e4m3", FP16: "fp16", BF16: "bf16"}  # vxqa::kv_type_name
 # vLLM's fp8 strings: the format each names and the float8 dtype holding it ("fp8" is vLLM's
 # default fp8, E4M3); a uint8 cache holds either.
 FP8_KV_CACHE_DTYPES = {"fp8_e5m2": (E5M2, torch.float8_e5m2), "fp8": (E4M3, torch.float8_e4m3fn),
                        "fp8_e4m3": (E4M3, torch.float8_e4m3fn)}
-# The cache dtypes that say their own format (kv_cache_dtype "auto").
-DTYPE_FORMATS = {torch.float16: FP16, torch.float8_e5m2: E5M2, torch.float8_e4m3fn: E4M3}
+# The cache dtypes that say their own format (kv_cache_dtype "auto"; vLLM's "auto" is the
+# model's dtype, float16 or bfloat16).
+DTYPE_FORMATS = {torch.float16: FP16, torch.bfloat16: BF16, torch.float8_e5m2: E5M2, torch.float8_e4m3fn: E4M3}
 FP16_Q, BF16_Q = 0, 1  # vxqa::ActType values
 
 # vxqa::VariantFlag bits (include/vxqa/kernel/attention_variant.cuh): plan_decode's `variant`,
@@ -205,8 +206,8 @@ def check_queries(q_indptr, max_q_len, batch):
 
 
 def cache_format(kv_cache_dtype, dtype, name):
-    """The cache's format (E5M2, E4M3 or FP16) from vLLM's kv_cache_dtype and the tensor's
-    dtype; tensor_checks.h's cache_format, message for message."""
+    """The cache's format (E5M2, E4M3, FP16 or BF16) from vLLM's kv_cache_dtype and the
+    tensor's dtype; tensor_checks.h's cache_format, message for message."""
     check(kv_cache_dtype in KV_CACHE_DTYPES,
           lambda: f'kv_cache_dtype: "{kv_cache_dtype}" is not one of "auto" (the cache\'s dtype says), "fp8_e5m2", '
                   f'"fp8" or "fp8_e4m3" (E4M3)')
@@ -226,13 +227,18 @@ def cache_format(kv_cache_dtype, dtype, name):
           lambda: f'{name}: a uint8 cache holds fp8 codes of an unstated format (E5M2 or E4M3; vLLM\'s "fp8" means '
                   f'E4M3), which kv_cache_dtype "auto" cannot tell: pass kv_cache_dtype="fp8_e5m2" (E5M2) or "fp8" / '
                   f'"fp8_e4m3" (E4M3), or the cache as a torch.float8_e5m2 or torch.float8_e4m3fn view')
-    check(dtype != torch.bfloat16,
-          lambda: f"{name}: dtype BFloat16 is not supported (bf16 caches are not supported yet: vxqa reads fp16, E5M2 "
-                  f"and E4M3 caches)")
     check(dtype in DTYPE_FORMATS,
-          lambda: f'{name}: dtype {dtype_name(dtype)} is not supported (Half, Float8_e5m2 or Float8_e4m3fn, or Byte '
-                  f'with kv_cache_dtype "fp8_e5m2", "fp8" or "fp8_e4m3")')
+          lambda: f'{name}: dtype {dtype_name(dtype)} is not supported (Half, BFloat16, Float8_e5m2 or Float8_e4m3fn, '
+                  f'or Byte with kv_cache_dtype "fp8_e5m2", "fp8" or "fp8_e4m3")')
     return DTYPE_FORMATS[dtype]
+
+
+def check_q_for_cache(q_dtype, fmt):
+    """tensor_checks.h's check_q_for_cache for q and k_cache: a bf16 cache runs on the bf16
+    MMA, which takes q as it is, so fp16 q is refused, never converted."""
+    check(fmt != BF16 or q_dtype == torch.bfloat16,
+          lambda: f"q: dtype {dtype_name(q_dtype)} with a bf16 cache (k_cache BFloat16): a bf16 cache takes BFloat16 q "
+                  f"and out only")
 
 
 def check_cache_pair(k, v, kv_cache_dtype):
@@ -263,6 +269,7 @@ def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_s
     check_dtype(q, "q", (torch.float16, torch.bfloat16))
     check_rows_contiguous(q, "q")
     fmt = check_cache_pair(k_cache, v_cache, kv_cache_dtype)
+    check_q_for_cache(q.dtype, fmt)
     rows, q_heads, head_dim = q.shape
     kv_heads = k_cache.size(2)
     check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim")
@@ -330,7 +337,7 @@ def read_plan(plan):
 
     check_int("head_dim")
     check(fields["cache_type"] in CACHE_TYPE_NAMES,
-          lambda: f"plan: cache type {fields['cache_type']} is not e5m2, e4m3 or fp16")
+          lambda: f"plan: cache type {fields['cache_type']} is not e5m2, e4m3, fp16 or bf16")
     check(fields["qo_type"] in (FP16_Q, BF16_Q), lambda: f"plan: q type {fields['qo_type']} is unknown")
     for name in ("page_size", "device", "config", "num_kv_heads", "group_size", "max_batch", "max_context",
                  "chunk_tokens", "num_chunks", "max_window", "max_q_len"):  # in read_plan's order
@@ -355,7 +362,8 @@ def read_plan(plan):
 def check_against_plan(pl, q, k_cache, block_table, fmt, workspace, q_indptr=None):
     """decode_op.cpp's check_against_plan."""
     remedy = " (a DecodePlan serves one model shape: make one per shape)"
-    check(fmt == pl["cache_type"], lambda: f"k_cache: an {CACHE_TYPE_NAMES[fmt]} cache, the plan was made for "
+    article = "a" if fmt == BF16 else "an"  # "an e5m2 cache", "a bf16 cache"
+    check(fmt == pl["cache_type"], lambda: f"k_cache: {article} {CACHE_TYPE_NAMES[fmt]} cache, the plan was made for "
                                            f"{CACHE_TYPE_NAMES[pl['cache_type']]}{remedy}")
     check(q.size(2) == pl["head_dim"],
           lambda: f"q: head_dim {_n(q.size(2))} differs from the plan's {pl['head_dim']}{remedy}")

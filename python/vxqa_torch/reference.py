@@ -1,7 +1,7 @@
 """A float64 reference for vxqa_torch.decode, in plain torch, for tests and checks.
 
 It gathers each sequence's pages through the block table, dequantizes them (E5M2 or E4M3
-codes, or fp16, times the scale) and takes the softmax in float64. A length-0 sequence gives
+codes, or fp16 or bf16 values, times the scale) and takes the softmax in float64. A length-0 sequence gives
 out 0 and lse -inf, as the kernel does. The cache's format is its dtype's, or with keyword
 kv_cache_dtype vLLM's string as the ops read it (dequantize).
 
@@ -30,21 +30,27 @@ from typing import NamedTuple
 
 import torch
 
-from ._fake import E4M3, E5M2, FP16, cache_format
+from ._fake import BF16, E4M3, E5M2, FP16, cache_format
 
 # The dtype whose view of a cache's bytes decodes its format.
-_FORMAT_DTYPES = {E5M2: torch.float8_e5m2, E4M3: torch.float8_e4m3fn, FP16: torch.float16}
+_FORMAT_DTYPES = {E5M2: torch.float8_e5m2, E4M3: torch.float8_e4m3fn, FP16: torch.float16, BF16: torch.bfloat16}
+
+
+def _format(cache, kv_cache_dtype):
+    """The cache's format as the ops map it, kv_cache_dtype None meaning what dequantize says."""
+    if kv_cache_dtype is None:
+        kv_cache_dtype = "fp8_e5m2" if cache.dtype == torch.uint8 else "auto"
+    return cache_format(kv_cache_dtype, cache.dtype, "cache")
 
 
 def dequantize(cache, scale, kv_cache_dtype=None):
-    """float64 values of a cache tensor times scale: fp16, E5M2 codes or E4M3 codes (OCP
-    float8_e4m3fn: bias 7, 3 mantissa bits, no inf, S.1111.111 NaN, largest 448), by torch's
-    own float8 conversions. kv_cache_dtype None: the dtype says, a uint8 cache holding E5M2
-    codes (this reference's default before E4M3); else vLLM's string, mapped to the format
-    as the ops map it (a uint8 cache under "fp8" or "fp8_e4m3" holds E4M3 codes)."""
-    if kv_cache_dtype is None:
-        kv_cache_dtype = "fp8_e5m2" if cache.dtype == torch.uint8 else "auto"
-    fmt = cache_format(kv_cache_dtype, cache.dtype, "cache")
+    """float64 values of a cache tensor times scale: fp16, bf16 (torch.bfloat16 to float64,
+    exact), E5M2 codes or E4M3 codes (OCP float8_e4m3fn: bias 7, 3 mantissa bits, no inf,
+    S.1111.111 NaN, largest 448), by torch's own conversions. kv_cache_dtype None: the dtype
+    says, a uint8 cache holding E5M2 codes (this reference's default before E4M3); else
+    vLLM's string, mapped to the format as the ops map it (a uint8 cache under "fp8" or
+    "fp8_e4m3" holds E4M3 codes; "auto" takes a bfloat16 cache as bf16)."""
+    fmt = _format(cache, kv_cache_dtype)
     return cache.view(_FORMAT_DTYPES[fmt]).to(torch.float64) * float(scale)
 
 
@@ -167,7 +173,7 @@ def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=N
 #
 # A port of vxqa::reference::decode_error_model and of compare.h's bounds, with the same
 # formulas and constants (docs/design.md, "How the tests bound the error"): the fp16
-# rounding of each softmax weight, the fp32 score errors, the fp32 product
+# rounding of each softmax weight (bf16 for a bf16 cache), the fp32 score errors, the fp32 product
 # softmax_scale * k_scale * log2(e) shared by every score, the chunks' combine and the fp32
 # sums; the output's own rounding is added by error_bounds.
 
@@ -208,9 +214,14 @@ def fp16_ulp(x):
     return torch.where(a >= 2.0**-14, _pow2(_ilogb(a) - 10), torch.full_like(a, 2.0**-24))
 
 
-def weight_rounding_sigma(p):
+def weight_rounding_sigma(p, bf16=False):
     """The standard deviation of the fp16 rounding error of weights p (<= 1); a weight below
-    2^-25 rounds to 0, its error is the weight itself."""
+    2^-25 rounds to 0, its error is the weight itself. bf16: the bf16 rounding of a bf16
+    cache's weights (its MMA takes P in bf16), one ulp 2^(e - 7); a weight below 2^-126 is
+    flushed to 0 by the kernels' exp2 (fp32 without subnormals), bf16 itself has fp32's range."""
+    if bf16:
+        ulp = _pow2(_ilogb(torch.where(p > 0, p, 1.0)) - 7)
+        return torch.where(p < 2.0**-126, p, ulp / math.sqrt(12.0))
     return torch.where(p < 2.0**-25, p, fp16_ulp(p) / math.sqrt(12.0))
 
 
@@ -229,7 +240,8 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
     """The error model of decode_reference(q, k_cache, v_cache, block_table, seq_lens,
     softmax_scale, k_scale, v_scale, sliding_window=..., logit_softcap=..., sinks=...,
     q_indptr=..., kv_cache_dtype=...), whose outputs are (ref_out, ref_lse): the same
-    arguments (the cache's format changes no term: every format decodes exactly); per row (with
+    arguments (every format decodes exactly; a bf16 cache's softmax weights are rounded to
+    bf16, not fp16, for its bf16 MMA: weight_rounding_sigma's bf16 term); per row (with
     q_indptr a row a query token: each row's terms over the keys it sees, its chunks counted
     from its first key, as error_model.h has them; rows of no sequence 0). `chunk_tokens` is the plan's chunk (0
     or >= the longest sequence: one chunk, no combine); 64, the finest a plan takes, serves
@@ -260,6 +272,7 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
     f64 = dict(dtype=torch.float64, device=q.device)
     keys = dequantize(k_cache, k_scale, kv_cache_dtype).to(q.device)
     values = dequantize(v_cache, v_scale, kv_cache_dtype).to(q.device)
+    bf16_weights = _format(k_cache, kv_cache_dtype) == BF16
     kv_heads = keys.shape[2]
     group = q_heads // kv_heads
     ref_out, ref_lse = ref_out.to(**f64), ref_lse.to(**f64)
@@ -306,7 +319,7 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
             live = rows[..., None] & (p != 0)
             p = torch.where(live, p, 0.0)
             score_error = 2.0**-22 * (s_abs + s.abs()) * LOG2E  # base-2 units
-            rounding = weight_rounding_sigma(p)
+            rounding = weight_rounding_sigma(p, bf16_weights)
             rel2 = LN2**2 * score_error**2 / 3 + 2.0**-44 + ((2.0**-20 * cap) ** 2 / 3 if cap > 0 else 0.0)
             e2 = torch.where(live, rounding**2 + p**2 * rel2, 0.0)
             shift_w = torch.where(live, p * shifted * LOG2E, 0.0)

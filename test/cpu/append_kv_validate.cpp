@@ -67,19 +67,46 @@ TEST_CASE("validate_append_kv accepts valid layouts", "[append_kv_validate]") {
   p = good_params();  // the same layout holds E4M3 codes
   p.cache_type = vxqa::KvType::kE4M3;
   REQUIRE(vxqa::validate_append_kv(p).ok());
+  p = good_params();  // and bf16, 2 bytes an element as fp16: 8-element (16-byte) strides do
+  p.cache_type = vxqa::KvType::kBf16;
+  p.num_kv_heads = 2;
+  p.head_stride = 64 + 8;
+  p.token_stride = 2 * (64 + 8) + 8;
+  p.page_stride = 16 * p.token_stride + 8;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
 }
 
 TEST_CASE("validate_append_kv takes the element size from the cache type", "[append_kv_validate]") {
-  // 8 elements: 16 bytes of fp16, but 8 bytes of a one-byte code, E4M3 as E5M2.
+  // 8 elements: 16 bytes of fp16 or bf16, but 8 bytes of a one-byte code, E4M3 as E5M2.
   vxqa::AppendKvParams p = good_params();
   p.page_stride = 16 * 64 + 8;
-  p.cache_type = vxqa::KvType::kFp16;
-  REQUIRE(vxqa::validate_append_kv(p).ok());
+  for (vxqa::KvType two_byte_type : {vxqa::KvType::kFp16, vxqa::KvType::kBf16}) {
+    p.cache_type = two_byte_type;
+    INFO(vxqa::kv_type_name(two_byte_type));
+    REQUIRE(vxqa::validate_append_kv(p).ok());
+  }
   for (vxqa::KvType byte_type : {vxqa::KvType::kE5M2, vxqa::KvType::kE4M3}) {
     p.cache_type = byte_type;
     INFO(vxqa::kv_type_name(byte_type));
     REQUIRE(vxqa::validate_append_kv(p).field() == "page_stride");
   }
+}
+
+TEST_CASE("validate_append_kv: a bf16 pool laid out in an E5M2 page's bytes is refused", "[append_kv_validate]") {
+  // A page of 16 tokens of 64 takes 1024 bytes in E5M2 but 2048 in bf16: a page stride of
+  // 1024 bytes, 512 bf16 elements, puts each page over half of the one before it.
+  vxqa::AppendKvParams p = good_params();
+  p.cache_type = vxqa::KvType::kBf16;
+  p.page_stride = 16 * 64 / 2;
+  const vxqa::Status s = vxqa::validate_append_kv(p);
+  INFO(s.message());
+  REQUIRE(s.field() == "page_stride");
+  p.cache_type = vxqa::KvType::kE5M2;  // strides are elements, not bytes: refused for E5M2 too
+  REQUIRE(vxqa::validate_append_kv(p).field() == "page_stride");
+  p.page_stride = 16 * 64;  // and the element count, the same for both, is taken by both
+  REQUIRE(vxqa::validate_append_kv(p).ok());
+  p.cache_type = vxqa::KvType::kBf16;
+  REQUIRE(vxqa::validate_append_kv(p).ok());
 }
 
 TEST_CASE("validate_append_kv: an unset cache type names every type it takes", "[append_kv_validate]") {
@@ -88,7 +115,7 @@ TEST_CASE("validate_append_kv: an unset cache type names every type it takes", "
   const vxqa::Status s = vxqa::validate_append_kv(p);
   INFO(s.message());
   REQUIRE(s.field() == "cache_type");
-  for (const char* name : {"kE5M2", "kE4M3", "kFp16"}) REQUIRE(s.message().find(name) != std::string::npos);
+  for (const char* name : {"kE5M2", "kE4M3", "kFp16", "kBf16"}) REQUIRE(s.message().find(name) != std::string::npos);
 }
 
 TEST_CASE("validate_append_kv ignores the strides of size-1 dimensions", "[append_kv_validate]") {

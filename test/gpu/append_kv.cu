@@ -1,7 +1,8 @@
 // append_kv: this step's K and V into the paged cache. Against the CPU encoder, bit for bit
-// (E5M2, E4M3 and fp16 caches, fp16 and bf16 inputs, scales as values and as device
-// pointers, values that saturate, round to zero or are subnormal, inf and NaN, and for E4M3
-// exact ties), every byte it must not write left as it was (negative slots, bad slots,
+// (E5M2, E4M3, fp16 and bf16 caches, fp16 and bf16 inputs, scales as values and as device
+// pointers, values that saturate, round to zero or are subnormal, inf and NaN, for E4M3 and
+// bf16 exact ties, for bf16 overflow to inf, and a bf16 input into a bf16 cache under scale
+// 1 kept bit for bit), every byte it must not write left as it was (negative slots, bad slots,
 // padding); every negative slot skipped silently, slots past the pool flagged
 // (kAppendErrorBadSlot); device scales that are 0, negative, NaN or inf flagged
 // (kErrorBadKScale / kErrorBadVScale) with their rows written as NaN codes; and end to end:
@@ -30,13 +31,7 @@ using vxqa_test::Rng;
 constexpr unsigned char kCachePoison = 0x5A;
 
 uint16_t act_bits(double x, vxqa::ActType t) {
-  if (t == vxqa::ActType::kFp16) return vxqa::reference::fp16_from_double(x);
-  // bf16: round the fp32 to nearest even on its top 16 bits (NaN kept quiet)
-  const float f = float(x);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40u);
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return t == vxqa::ActType::kFp16 ? vxqa::reference::fp16_from_double(x) : vxqa::reference::bf16_from_double(x);
 }
 
 float act_to_float(uint16_t bits, vxqa::ActType t) {
@@ -105,12 +100,34 @@ double draw_e4m3_value(Rng& rng, float scale) {
   return s * rng.uniform(-8, 8);
 }
 
+// draw_value for a bf16 cache, drawn as the x / scale to encode and returned times `scale`
+// where that keeps it a tie: inputs near bf16's largest finite (past it under a scale < 1:
+// inf), fp32 subnormals (bf16's too: rounded under a scale > 1), exact midpoints of
+// neighbouring bf16 codes that fp16 holds (a tie after an fp16 input's exact division by a
+// power of two), and a few inf / NaN / -0.
+double draw_bf16_value(Rng& rng, float scale) {
+  const uint64_t kind = rng.below(40);
+  if (kind == 0) return INFINITY;
+  if (kind == 1) return -INFINITY;
+  if (kind == 2) return NAN;
+  if (kind == 3) return -0.0;
+  const double s = good_scale(scale) ? scale : 1.0;  // a bad device scale: rows are NaN anyway
+  if (kind < 7) return rng.uniform(-3.3e38, 3.3e38);
+  if (kind < 10) return s * rng.uniform(-1.2e-38, 1.2e-38);
+  if (kind < 16) {
+    const uint16_t code = uint16_t(0x3880u + rng.below(0x4600u - 0x3880u));  // 2^-14 .. 8192: fp16's
+    const double tie = (vxqa::reference::bf16_to_double(code) + vxqa::reference::bf16_to_double(code + 1)) / 2;
+    return s * (rng.below(2) ? -tie : tie);
+  }
+  return s * rng.uniform(-8, 8);
+}
+
 // An E5M2 NaN code (either sign, any mantissa): what x / NaN encodes to.
 bool is_e5m2_nan(unsigned char b) { return (b & 0x7Cu) == 0x7Cu && (b & 0x03u) != 0; }
 
 void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   const int eb = vxqa::kv_type_is_fp8(c.cache) ? 1 : 2;
-  const bool e4m3 = c.cache == vxqa::KvType::kE4M3;
+  const bool e4m3 = c.cache == vxqa::KvType::kE4M3, bf16 = c.cache == vxqa::KvType::kBf16;
   INFO("cache " << vxqa::kv_type_name(c.cache) << " input " << (c.input == vxqa::ActType::kFp16 ? "fp16" : "bf16")
                 << " scales " << c.k_scale << "/" << c.v_scale << (c.scale_pointers ? " (device)" : "")
                 << " seed " << seed);
@@ -129,8 +146,11 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   // Inputs with padded strides: [token][head] rows of D, 8 elements of gap.
   const int64_t in_head_stride = pool.head_dim + 8, in_token_stride = pool.kv_heads * in_head_stride + 8;
   std::vector<uint16_t> key(tokens * in_token_stride), value(key.size());
-  for (auto& x : key) x = act_bits(e4m3 ? draw_e4m3_value(rng, c.k_scale) : draw_value(rng), c.input);
-  for (auto& x : value) x = act_bits(e4m3 ? draw_e4m3_value(rng, c.v_scale) : draw_value(rng), c.input);
+  auto draw = [&](float scale) {
+    return e4m3 ? draw_e4m3_value(rng, scale) : bf16 ? draw_bf16_value(rng, scale) : draw_value(rng);
+  };
+  for (auto& x : key) x = act_bits(draw(c.k_scale), c.input);
+  for (auto& x : value) x = act_bits(draw(c.v_scale), c.input);
 
   DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
   DeviceBuffer<int64_t> dslots(slots.size());
@@ -184,10 +204,11 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
   REQUIRE(errors.download()[0] == want_errors);
 
   // Expected bytes: poison everywhere, the encoded rows at the tokens' slots.
-  // An fp16 NaN may come back with any payload (the GPU's is 0x7FFF): such elements are
-  // compared as "a NaN" (nan_at marks their first byte). Under a bad scale every element of
-  // the rows it scales must be a NaN code, of any sign and payload (nan_at, E5M2 too); E4M3
-  // has one NaN code that its encoder gives, 0x7F, required exactly (bad scales too).
+  // An fp16 or bf16 NaN may come back with any payload (the GPU's is 0x7FFF): such elements
+  // are compared as "a NaN" (nan_at marks their first byte). A bf16 input into a bf16 cache
+  // under scale 1 must come back as its own bits, not the encoder's. Under a bad scale every
+  // element of the rows it scales must be a NaN code, of any sign and payload (nan_at, E5M2
+  // too); E4M3 has one NaN code that its encoder gives, 0x7F, required exactly (bad scales too).
   std::vector<unsigned char> k_want(k_out.size(), kCachePoison), v_want(v_out.size(), kCachePoison);
   std::vector<char> k_nan(k_out.size(), 0), v_nan(v_out.size(), 0);
   auto encode = [&](uint16_t bits, float scale, unsigned char* dst, char* nan_at) {
@@ -203,7 +224,10 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
     if (eb == 1) {
       dst[0] = vxqa::float_to_e5m2(x, vxqa::Saturation::kFinite);
     } else {
-      const uint16_t h = vxqa::reference::fp16_from_double(double(x));
+      const bool identity = bf16 && c.input == vxqa::ActType::kBf16 && scale == 1.f;
+      const uint16_t h = identity ? bits
+                         : bf16   ? vxqa::reference::bf16_from_double(double(x))
+                                  : vxqa::reference::fp16_from_double(double(x));
       dst[0] = uint8_t(h & 0xFF);
       dst[1] = uint8_t(h >> 8);
       nan_at[0] = std::isnan(x);
@@ -215,7 +239,8 @@ void check_against_cpu_encoder(const Case& c, uint64_t seed) {
     if (eb == 2 && (nan_at[i] || (i > 0 && nan_at[i - 1]))) {
       const size_t e = nan_at[i] ? i : i - 1;
       const uint16_t h = uint16_t(got[e] | (got[e + 1] << 8));
-      return (h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0;
+      const uint16_t exponent = bf16 ? 0x7F80 : 0x7C00;
+      return (h & exponent) == exponent && (h & ~exponent & 0x7FFF) != 0;
     }
     return got[i] == want[i];
   };
@@ -251,6 +276,12 @@ TEST_CASE("append_kv writes what the CPU encoder gives, bit for bit, and nothing
       {KvType::kE4M3, ActType::kFp16, 1.f, 1.f, false},   {KvType::kE4M3, ActType::kFp16, 0.37f, 2.5f, false},
       {KvType::kE4M3, ActType::kBf16, 1.f, 1.f, false},   {KvType::kE4M3, ActType::kBf16, 2.f, 0.125f, true},
       {KvType::kE4M3, ActType::kFp16, 0.75f, 0.5f, true},
+      // bf16: kept bit for bit, ties (an fp16 input under 1 and powers of two), overflow
+      // (scales < 1), rounding of subnormals (scales > 1).
+      {KvType::kBf16, ActType::kBf16, 1.f, 1.f, false},   {KvType::kBf16, ActType::kBf16, 1.f, 1.f, true},
+      {KvType::kBf16, ActType::kFp16, 1.f, 1.f, false},   {KvType::kBf16, ActType::kFp16, 0.37f, 2.5f, false},
+      {KvType::kBf16, ActType::kBf16, 0.37f, 0.125f, false}, {KvType::kBf16, ActType::kBf16, 3.f, 0.5f, true},
+      {KvType::kBf16, ActType::kFp16, 0.25f, 4.f, true},
   };
   uint64_t seed = 900;
   for (const Case& c : cases) check_against_cpu_encoder(c, seed++);
@@ -272,7 +303,8 @@ TEST_CASE("append_kv: a bad device scale writes NaN codes and sets its bit, the 
       {KvType::kFp16, ActType::kBf16, 2.f, nan, true},    {KvType::kFp16, ActType::kFp16, -1.f, 0.f, true},
       {KvType::kFp16, ActType::kFp16, 0.f, inf, true},    {KvType::kFp16, ActType::kBf16, nan, 1.f, true},
       {KvType::kE4M3, ActType::kFp16, 0.f, 0.5f, true},   {KvType::kE4M3, ActType::kBf16, nan, inf, true},
-      {KvType::kE4M3, ActType::kFp16, 2.f, -1.f, true},
+      {KvType::kE4M3, ActType::kFp16, 2.f, -1.f, true},   {KvType::kBf16, ActType::kFp16, 0.f, inf, true},
+      {KvType::kBf16, ActType::kBf16, nan, -1.f, true},   {KvType::kBf16, ActType::kBf16, 2.f, 0.f, true},
   };
   uint64_t seed = 960;
   for (const Case& c : cases) check_against_cpu_encoder(c, seed++);

@@ -1,7 +1,8 @@
 // bf16 q and out: the problem's q is rounded to bf16 values (which fp16 holds exactly), the
 // kernel gets their bf16 bits and writes bf16, and the result must match the float64
 // reference over those q values within the fp16 bounds plus bf16's output rounding. A
-// Config refuses the other q/out type, naming qo_type.
+// Config refuses the other q/out type, naming qo_type. bf16 caches (the SM80 body's bf16
+// MMA: q, K, V and P in bf16) likewise, within the bounds of P rounded to bf16.
 #include "gpu/decode_harness.cuh"
 
 #include <algorithm>
@@ -75,6 +76,83 @@ TEST_CASE("bf16 q and out decode like the reference, every head dim and cache ty
     o.max_seq_len = 700;
     bf16_matches_reference<Bf16Config<128, vxqa::KvType::kFp16>>(o, seed++);
   }
+}
+
+TEST_CASE("bf16 caches decode like the reference on the SM80 body, every head dim, one chunk and several",
+          "[decode_bf16]") {
+  cudaDeviceProp prop{};
+  int device = 0;
+  VXQA_CUDA_CHECK(cudaGetDevice(&device));
+  VXQA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8) {  // decode refuses it there (decode_errors.cu would say how); nothing to run
+    WARN("SKIPPED: bf16 caches need sm_80 or newer, this GPU is sm_" << prop.major << prop.minor);
+    return;
+  }
+  // The SM80 body even in the suite built with the SM70 atom as the default.
+  using vxqa::opt::Atom;
+  constexpr vxqa::MmaAtom kAuto = vxqa::MmaAtom::kAuto;
+  uint64_t seed = 7400;
+  for (int group : {1, 6, 11}) {
+    using Config = Bf16Config<64, vxqa::KvType::kBf16, Atom<kAuto>>;
+    auto o = vxqa_test::aligned_options<Config>();
+    o.group = group;
+    o.kv_heads = 2;
+    o.batch = 4;
+    o.page_size = 7;
+    o.min_seq_len = 1;
+    o.max_seq_len = 900;
+    o.k_scale = 0.6f;
+    o.v_scale = 1.7f;
+    bf16_matches_reference<Config>(o, seed++);
+  }
+  {
+    using Config = Bf16Config<128, vxqa::KvType::kBf16, Atom<kAuto>, vxqa::opt::PageSize<16>>;
+    auto o = vxqa_test::aligned_options<Config>();
+    o.group = 8;
+    o.kv_heads = 2;
+    o.batch = 3;
+    o.max_seq_len = 1500;
+    bf16_matches_reference<Config>(o, seed++);
+  }
+  for (int group : {4, 16}) {
+    using Config = Bf16Config<256, vxqa::KvType::kBf16, Atom<kAuto>, vxqa::opt::Warps<2>>;
+    auto o = vxqa_test::aligned_options<Config>();
+    o.group = group;
+    o.batch = 3;
+    o.page_size = 800;
+    o.max_seq_len = 2500;
+    o.layout = vxqa::reference::CacheLayout::kVllm;
+    bf16_matches_reference<Config>(o, seed++);
+  }
+}
+
+TEST_CASE("a bf16 cache is read as bf16: the same bytes as fp16 codes fail the bound", "[decode_bf16]") {
+  cudaDeviceProp prop{};
+  int device = 0;
+  VXQA_CUDA_CHECK(cudaGetDevice(&device));
+  VXQA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8) {
+    WARN("SKIPPED: bf16 caches need sm_80 or newer, this GPU is sm_" << prop.major << prop.minor);
+    return;
+  }
+  using Config = Bf16Config<128, vxqa::KvType::kBf16, vxqa::opt::Atom<vxqa::MmaAtom::kAuto>>;
+  auto o = vxqa_test::aligned_options<Config>();
+  o.group = 4;
+  o.batch = 2;
+  o.max_seq_len = 600;
+  auto p = vxqa::reference::make_random_problem(o, 7500);
+  const std::vector<uint16_t> q_bf16 = vxqa_test::round_q_to_bf16(p);
+  vxqa_test::DeviceProblem d(p);
+  d.q.upload(q_bf16);
+  vxqa::DecodeParams params = vxqa_test::make_params(p, d, nullptr, nullptr);
+  params.qo_type = ActType::kBf16;
+  const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, longest(p), 0);
+  const vxqa_test::DecodeResult r = vxqa_test::run_params<Config>(params, plan, p.batch);
+  vxqa_test::check_against_reference(p, r, ActType::kBf16);
+  // The reference of the same bytes read as fp16 codes is far off: the kernel's answer fails it.
+  auto as_fp16 = p;
+  as_fp16.format = vxqa::reference::KvFormat::kFp16;
+  REQUIRE_FALSE(vxqa_test::compare_against_reference(as_fp16, r, ActType::kBf16).ok());
 }
 
 TEST_CASE("a Config refuses the other q/out type, naming qo_type", "[decode_bf16]") {

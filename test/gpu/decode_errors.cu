@@ -243,7 +243,8 @@ void cache_type_refused(uint64_t seed) {
   vxqa::DecodeParams params = make_params(p, d, out.get(), lse.get());
   REQUIRE(params.cache_type == Config::kKv);  // problem_params states it
   // Every other format, E4M3 for E5M2 codes and back among them: one byte never says which.
-  for (const vxqa::KvType wrong : {vxqa::KvType::kUnset, vxqa::KvType::kE5M2, vxqa::KvType::kE4M3, vxqa::KvType::kFp16}) {
+  for (const vxqa::KvType wrong :
+       {vxqa::KvType::kUnset, vxqa::KvType::kE5M2, vxqa::KvType::kE4M3, vxqa::KvType::kFp16, vxqa::KvType::kBf16}) {
     if (wrong == Config::kKv) continue;
     params.cache_type = wrong;
     INFO("cache_type " << vxqa::kv_type_name(wrong));

@@ -113,10 +113,10 @@ DecodeResult run_decode(const RandomProblem& p, const DeviceProblem& d, const vx
 }
 
 // Compares with the float64 reference (every sequence as given, no error bits expected),
-// within the error model's bound; returns the worst error relative to the bound. bf16
-// outputs are compared as the fp16 values they equal, with bf16's rounding in the bound.
-inline double check_against_reference(const RandomProblem& p, DecodeResult r,
-                                      vxqa::ActType out_type = vxqa::ActType::kFp16) {
+// within the error model's bound. bf16 outputs are compared as the fp16 values they equal,
+// with bf16's rounding in the bound.
+inline vxqa::reference::Comparison compare_against_reference(const RandomProblem& p, DecodeResult r,
+                                                             vxqa::ActType out_type = vxqa::ActType::kFp16) {
   namespace ref = vxqa::reference;
   ref::CompareBounds bounds;
   if (out_type == vxqa::ActType::kBf16) {
@@ -125,10 +125,15 @@ inline double check_against_reference(const RandomProblem& p, DecodeResult r,
     bounds.out_mantissa_bits = 7;
   }
   const ref::DecodeOutput reference = ref::decode_reference(p.inputs());
-  const ref::Comparison c = ref::compare_with_reference(
-      reference, ref::decode_error_model(p.inputs(), reference), ref::expect_from_lengths(p.seq_lens),
-      p.query_heads(), p.head_dim, {r.out.data(), r.lse.data(), r.errors}, 0u, bounds,
-      ref::row_layout(p.inputs()));
+  return ref::compare_with_reference(reference, ref::decode_error_model(p.inputs(), reference),
+                                     ref::expect_from_lengths(p.seq_lens), p.query_heads(), p.head_dim,
+                                     {r.out.data(), r.lse.data(), r.errors}, 0u, bounds, ref::row_layout(p.inputs()));
+}
+
+// The same, required to pass; returns the worst error relative to the bound.
+inline double check_against_reference(const RandomProblem& p, const DecodeResult& r,
+                                      vxqa::ActType out_type = vxqa::ActType::kFp16) {
+  const vxqa::reference::Comparison c = compare_against_reference(p, r, out_type);
   INFO(c.mismatches << " mismatches; first: " << c.first);
   REQUIRE(c.ok());
   return c.worst;
@@ -153,6 +158,7 @@ RandomProblemOptions aligned_options() {
   o.head_dim = Config::kHeadDim;
   o.format = Config::kKv == vxqa::KvType::kE5M2   ? vxqa::reference::KvFormat::kE5M2
              : Config::kKv == vxqa::KvType::kE4M3 ? vxqa::reference::KvFormat::kE4M3
+             : Config::kKv == vxqa::KvType::kBf16 ? vxqa::reference::KvFormat::kBf16
                                                   : vxqa::reference::KvFormat::kFp16;
   o.stride_align = 16 / Config::kElemBytes;
   return o;

@@ -18,9 +18,7 @@ using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::
 vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_context) {
   vxqa::DecoderShape s;
   s.head_dim = p.head_dim;
-  s.cache_type = p.format == vxqa::reference::KvFormat::kE5M2   ? vxqa::KvType::kE5M2
-                 : p.format == vxqa::reference::KvFormat::kE4M3 ? vxqa::KvType::kE4M3
-                                                                : vxqa::KvType::kFp16;
+  s.cache_type = vxqa::problem_kv_type(p.format);
   s.page_size = p.page_size;
   s.num_kv_heads = p.kv_heads;
   s.group_size = p.group;

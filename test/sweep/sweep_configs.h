@@ -133,6 +133,7 @@ template <class Config>
 ConfigInfo config_info() {
   ConfigInfo info;
   info.head_dim = Config::kHeadDim;
+  static_assert(Config::kKv != KvType::kBf16, "sweep: bf16 caches are not drawn yet");
   info.format = Config::kKv == KvType::kE5M2   ? KvFormat::kE5M2
                 : Config::kKv == KvType::kE4M3 ? KvFormat::kE4M3
                                                : KvFormat::kFp16;

@@ -10,9 +10,12 @@
 // with any strides (elements), K and V sharing them, exactly as DecodeParams describes it.
 // Stored = x / scale, rounded to nearest even in the cache's type: E5M2 saturates to
 // ±57344, E4M3 to ±448 with every NaN -> 0x7F (both cuda_fp8.h's __NV_SATFINITE, bit for
-// bit), fp16 as __float2half_rn. With scale 1 an fp16 input into an fp16 cache keeps every
-// value (a NaN comes back as the GPU's canonical NaN, 0x7FFF). Input strides are >= 0;
-// cache strides may be negative, as in DecodeParams. Never synchronises; graph-capturable.
+// bit), fp16 as __float2half_rn, bf16 overflows to ±inf like fp16 (a bf16 cache is read by
+// the SM80 body only). With scale 1 an fp16 input into an fp16 cache, or a bf16 input into
+// a bf16 cache, keeps every value bit for bit, -0 and subnormals included; a NaN stays a
+// NaN but not its bits: the fp32 division gives the GPU's canonical NaN, stored as 0x7FFF
+// in either type. Input strides are >= 0; cache strides may be negative, as in
+// DecodeParams. Never synchronises; graph-capturable.
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -30,6 +33,7 @@ const void* append_kv_kernel_for(KvType cache) {
     case KvType::kE5M2: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kE5M2>);
     case KvType::kE4M3: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kE4M3>);
     case KvType::kFp16: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kFp16>);
+    case KvType::kBf16: return reinterpret_cast<const void*>(&append_kv_kernel<kAct, KvType::kBf16>);
     case KvType::kUnset: break;  // refused by validate_append_kv
   }
   return nullptr;

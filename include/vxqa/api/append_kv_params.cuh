@@ -30,6 +30,7 @@ struct AppendKvParams {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   KvType cache_type = KvType::kUnset;  // must be set: never assumed from the element size
+                                       // (fp16 and bf16 share 2 bytes; E5M2 and E4M3 one)
   int64_t page_stride = 0, token_stride = 0, head_stride = 0;
   int page_size = 0;
   int num_pages = 0;
@@ -68,7 +69,7 @@ inline Status validate_append_kv(const AppendKvParams& p) {
   if (!p.slot_mapping) return Status::invalid("slot_mapping", "is null");
   if (!aligned(p.slot_mapping, 8)) return Status::invalid("slot_mapping", "must be 8-byte aligned");
 
-  const int eb = kv_type_is_fp8(p.cache_type) ? 1 : 2;  // E5M2 and E4M3 codes are one byte
+  const int eb = kv_type_is_fp8(p.cache_type) ? 1 : 2;  // E5M2 and E4M3 one byte; fp16 and bf16 two
   if (!p.k_cache) return Status::invalid("k_cache", "is null");
   if (!p.v_cache) return Status::invalid("v_cache", "is null");
   if (!aligned(p.k_cache, 16)) return Status::invalid("k_cache", "must be 16-byte aligned");

@@ -132,6 +132,11 @@ Status decode_smem_bytes(int* smem_bytes, bool* sm80_body = nullptr, bool* depen
     return Status();
   });
   if (!s.ok()) return s;
+  // A bf16 cache needs the SM80 body: on a GPU that runs the SM70 one (sm_70, sm_75) it is
+  // refused here, before any plan or launch (decode, make_decode_plan, Decoder::init).
+  if (!Config::kHasSm70Body && !(known & 1))
+    return Status::invalid("cache_type", "bf16 caches need the SM80 body (the bf16 MMA of sm_80 and newer); this "
+                                         "GPU runs the SM70 body (sm_70 or sm_75)");
   *smem_bytes = known / 4;
   if (sm80_body) *sm80_body = known & 1;
   if (dependent_launch) *dependent_launch = (known & 2) != 0;

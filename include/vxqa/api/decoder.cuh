@@ -29,12 +29,12 @@ namespace vxqa {
 template <class... Configs>
 struct ConfigList {};
 
-// The default lists for one q/out type: head dims 64, 128, 256; E5M2, E4M3 and fp16 caches;
-// page 16 at compile time for the FP8 caches (vLLM's default) and any other page size at run
-// time. Each head dim and cache also has a Config with every variant flag (any page size at
+// The default lists for one q/out type: head dims 64, 128, 256; E5M2, E4M3 and fp16 caches
+// (and bf16 ones, with bf16 q/out); page 16 at compile time for the FP8 caches (vLLM's
+// default) and any other page size at run time. Each head dim and cache also has a Config with every variant flag (any page size at
 // run time), which serves a shape asking for any variant; flags it has that a step does not
 // use are off at run time. And one with every flag and up to 16 query tokens a sequence,
-// 8 warps (64 rows a CTA; 4 for D 256 fp16, whose stages take twice the bytes), which
+// 8 warps (64 rows a CTA; 4 for D 256 16-bit, whose stages take twice the bytes), which
 // serves multi-token steps and groups of more than 8 heads; D 256 FP8 has a second with 6
 // warps (48 rows a CTA): two of its CTAs share an sm_90 SM where one of 8 warps fills it
 // (registers and shared memory), and rows of 3 or 6 tiles (G 6 × q_len 4 or 8) need no
@@ -56,18 +56,19 @@ using DefaultFp8DecoderConfigs =
                             opt::MaxQueryLen<16>>,
                DecodeConfig<256, Fp8, opt::Warps<6>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>>;
-template <ActType Qo>
-using DefaultFp16DecoderConfigs =
-    ConfigList<DecodeConfig<64, KvType::kFp16, opt::QoType<Qo>>, DecodeConfig<128, KvType::kFp16, opt::QoType<Qo>>,
-               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>>,
-               DecodeConfig<64, KvType::kFp16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
-               DecodeConfig<128, KvType::kFp16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
-               DecodeConfig<256, KvType::kFp16, opt::Warps<2>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
-               DecodeConfig<64, KvType::kFp16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+// A 16-bit cache's (fp16, or bf16 with bf16 q/out: the SM80 body only).
+template <ActType Qo, KvType Kv16>
+using Default16BitDecoderConfigs =
+    ConfigList<DecodeConfig<64, Kv16, opt::QoType<Qo>>, DecodeConfig<128, Kv16, opt::QoType<Qo>>,
+               DecodeConfig<256, Kv16, opt::Warps<2>, opt::QoType<Qo>>,
+               DecodeConfig<64, Kv16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<128, Kv16, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<256, Kv16, opt::Warps<2>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>,
+               DecodeConfig<64, Kv16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
-               DecodeConfig<128, KvType::kFp16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+               DecodeConfig<128, Kv16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
-               DecodeConfig<256, KvType::kFp16, opt::Warps<4>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
+               DecodeConfig<256, Kv16, opt::Warps<4>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>>;
 
 template <class... Lists>
@@ -84,11 +85,13 @@ struct ConcatConfigLists<ConfigList<A...>, ConfigList<B...>, Rest...> {
 template <ActType Qo>
 using DefaultDecoderConfigsFor =
     typename ConcatConfigLists<DefaultFp8DecoderConfigs<Qo, KvType::kE5M2>, DefaultFp8DecoderConfigs<Qo, KvType::kE4M3>,
-                               DefaultFp16DecoderConfigs<Qo>>::type;
+                               Default16BitDecoderConfigs<Qo, KvType::kFp16>>::type;
 
-// What the default Decoder can run: the lists above, fp16 and bf16 q/out.
-using DefaultDecoderConfigs = typename ConcatConfigLists<DefaultDecoderConfigsFor<ActType::kFp16>,
-                                                         DefaultDecoderConfigsFor<ActType::kBf16>>::type;
+// What the default Decoder can run: the lists above, fp16 and bf16 q/out, and the bf16
+// cache's (bf16 q/out).
+using DefaultDecoderConfigs =
+    typename ConcatConfigLists<DefaultDecoderConfigsFor<ActType::kFp16>, DefaultDecoderConfigsFor<ActType::kBf16>,
+                               Default16BitDecoderConfigs<ActType::kBf16, KvType::kBf16>>::type;
 
 // The model's shape and the capacity the plan is made for.
 struct DecoderShape {

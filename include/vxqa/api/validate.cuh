@@ -50,8 +50,9 @@ inline Status check_scale(const char* name, float value, const float* device_val
 inline Status check_cache_type_set(KvType t) {
   return t != KvType::kUnset ? Status()
                              : Status::invalid("cache_type", "is not set: say the cache's element format "
-                                                             "(KvType::kE5M2, kE4M3 or kFp16); a byte cache may "
-                                                             "hold E5M2 or E4M3 codes, and vxqa never guesses");
+                                                             "(KvType::kE5M2, kE4M3, kFp16 or kBf16); a byte cache "
+                                                             "may hold E5M2 or E4M3 codes, a 2-byte one fp16 or "
+                                                             "bf16, and vxqa never guesses");
 }
 
 }  // namespace detail

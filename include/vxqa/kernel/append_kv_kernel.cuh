@@ -1,9 +1,10 @@
 // vxqa/kernel/append_kv_kernel.cuh — writes one step's new K and V rows into the paged
 // cache (vLLM's reshape_and_cache_flash contract): token t goes to slot slot_mapping[t] =
 // page * page_size + offset; a negative slot skips it. Each thread moves 8 elements of one
-// (token, head) row of K and of V: one 16-byte load of the fp16 / bf16 input, x / scale rounded into the
-// cache's type (nearest-even; E5M2 saturating to ±57344 as cuda_fp8.h's __NV_SATFINITE, E4M3
-// to ±448 with NaN -> 0x7F, likewise; fp16 as __float2half_rn), one 8- or 16-byte store.
+// (token, head) row of K and of V: one 16-byte load of the fp16 / bf16 input, x / scale
+// rounded into the cache's type (nearest-even; E5M2 saturating to ±57344 as cuda_fp8.h's
+// __NV_SATFINITE, E4M3 to ±448 with NaN -> 0x7F, likewise; fp16 as __float2half_rn; bf16 as
+// detail::float_to_act, overflowing to ±inf), one 8- or 16-byte store.
 // Composed from the FP8 encoders and the cache's NHD strides; a slot outside the pool is
 // never written: it sets kAppendErrorBadSlot.
 #pragma once
@@ -42,6 +43,15 @@ VXQA_DEVICE void store_row_piece(const uint4 in, float scale, uint8_t* dst) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) codes[i / 4] |= uint32_t(float_to_e4m3(x[i])) << (8 * (i % 4));
     *reinterpret_cast<uint2*>(dst) = make_uint2(codes[0], codes[1]);
+  } else if constexpr (kKv == KvType::kBf16) {
+    // Our own rounding, not cuda_bf16.h's: it is there on every arch (the writer is not
+    // sm_80-only, only the bf16 cache's reader is) and it is what the CPU tests check.
+    uint32_t pairs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      pairs[i] = uint32_t(float_to_act<ActType::kBf16>(x[2 * i])) |
+                 (uint32_t(float_to_act<ActType::kBf16>(x[2 * i + 1])) << 16);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   } else {  // fp16: append_kv_kernel admits no other type
     uint32_t halves[4];
 #pragma unroll
@@ -56,8 +66,8 @@ VXQA_DEVICE void store_row_piece(const uint4 in, float scale, uint8_t* dst) {
 // Grid-stride over (token, head, 8-element piece); kKv (not its size) picks the encoder.
 template <ActType kAct, KvType kKv>
 __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendKvArgs a) {
-  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
-                "append_kv_kernel: the cache is E5M2, E4M3 or fp16 (kUnset is never launched)");
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16 || kKv == KvType::kBf16,
+                "append_kv_kernel: the cache is E5M2, E4M3, fp16 or bf16 (kUnset is never launched)");
   constexpr int kCacheBytes = KvTraits<kKv>::kElemBytes;  // the paged addressing is in bytes
   const int pieces = a.head_dim / 8;
   const int64_t total = int64_t(a.num_tokens) * a.num_kv_heads * pieces;

@@ -211,7 +211,8 @@ struct DecodeConfig {
   static constexpr E4m3Decode E4m3 = option<opt::detail::E4m3PathTag, opt::E4m3Path<E4m3Decode::kAuto>>;
 
  public:
-  static_assert(Kv != KvType::kUnset, "DecodeConfig: KvType::kUnset is not a cache format (kE5M2, kE4M3 or kFp16)");
+  static_assert(Kv != KvType::kUnset,
+                "DecodeConfig: KvType::kUnset is not a cache format (kE5M2, kE4M3, kFp16 or kBf16)");
   static constexpr int kHeadDim = HeadDim;
   static constexpr KvType kKv = Kv;
   // The cache's codes to fp16, and the factor the kernels' scales make up (numeric/kv_decode.cuh).
@@ -239,9 +240,19 @@ struct DecodeConfig {
   static constexpr bool kChecksPageIds = Check == PageIdCheck::kOn;
   static_assert(Convert == ConvertAt::kConsume || kv_type_is_fp8(Kv),
                 "DecodeConfig: opt::Convert<ConvertAt::kPublish> only applies to FP8 caches (E5M2, E4M3)");
-  // Rows as loaded from the cache, and as the consumers read them in shared memory.
-  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, Kv, E4m3>;
-  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? KvType::kFp16 : Kv, E4m3>;
+  // A bf16 cache is read by the SM80 body alone: the bf16 MMA is sm_80+, and the m8n8k4 of
+  // SM70 and SM75 has none. Its q and out are bf16 (the MMA takes q as it is).
+  static constexpr bool kHasSm70Body = Kv != KvType::kBf16;
+  static_assert(kHasSm70Body || Atom == MmaAtom::kAuto,
+                "DecodeConfig: a bf16 cache needs the SM80 body (the bf16 MMA of sm_80 and newer): "
+                "opt::Atom<MmaAtom::kSm70> cannot read it");
+  static_assert(kHasSm70Body || Qo == ActType::kBf16,
+                "DecodeConfig: a bf16 cache takes bf16 q and out (opt::QoType<ActType::kBf16>)");
+  // Rows as loaded from the cache, and as the consumers read them in shared memory (for a
+  // bf16 cache, which the SM70 body never reads, the fp16 shapes: the same sizes).
+  static constexpr KvType kSm70Kv = kHasSm70Body ? Kv : KvType::kFp16;
+  using LoadGeometry = pipeline::WarpTileGeometry<HeadDim, kSm70Kv, E4m3>;
+  using Geometry = pipeline::WarpTileGeometry<HeadDim, Convert == ConvertAt::kPublish ? KvType::kFp16 : kSm70Kv, E4m3>;
   using LoadPolicy = pipeline::Sm70RegisterStaged<Stages>;
 
   // One M tile of 8 rows (query heads; with kMultiToken, (token, head) pairs) a warp: a KV

@@ -310,7 +310,7 @@ struct DecodeCtaSm80 {
                                          float (&o)[kMTiles][4]) {
     uint32_t p[2];
     float alpha[2];
-    softmax::register_softmax_step(st, s, p, alpha);
+    softmax::register_softmax_step<Geometry::kMmaIn>(st, s, p, alpha);
     // Most tiles leave every max where it was: skip the rescale of O then.
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll

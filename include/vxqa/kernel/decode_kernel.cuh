@@ -35,7 +35,9 @@ __global__ void __launch_bounds__(Config::kThreads) decode_kernel(const DecodeKe
     return;
   }
 #endif
-  DecodeCtaSm70<Config>::run(args, vxqa_decode_smem);
+  // A Config without an SM70 body (a bf16 cache) is never launched where this code runs:
+  // decode_smem_bytes refuses it.
+  if constexpr (Config::kHasSm70Body) DecodeCtaSm70<Config>::run(args, vxqa_decode_smem);
 }
 
 // One-chunk steps of decode_kernel<Config>: the step's error word starts as the scales'

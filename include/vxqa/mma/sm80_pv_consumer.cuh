@@ -60,7 +60,8 @@ struct Sm80PvConsumer {
   }
 
 #if VXQA_IS_CUDA_COMPILER && VXQA_HAS_MMA_M16N8K16
-  // p[0], p[1]: the B fragment of Pᵀ (f16x2, tokens 2t..2t+1 and 2t+8..2t+9 of head lane/4).
+  // p[0], p[1]: the B fragment of Pᵀ (f16x2, bf16x2 for a bf16 cache; tokens 2t..2t+1 and
+  // 2t+8..2t+9 of head lane/4).
   VXQA_DEVICE static void run(const uint8_t* v_tile, const uint32_t (&p)[2], float (&o)[kMTiles][4]) {
     const int lane = threadIdx.x & 31;
     const int r = m16n8k16::group(lane);
@@ -94,13 +95,18 @@ struct Sm80PvConsumer {
           const uint32_t a0[4] = {l01.x, l01.y, h01.x, h01.y};
           const uint32_t a1[4] = {l23.x, l23.y, h23.x, h23.y};
           arch::mma_m16n8k16_row_col(o[m], a0, p, o[m]);
-          arch::mma_m16n8k16_row_col(o[m + 1], a1, p, o[m + 1]);
+          arch::mma_m16n8k16_row_col(o[m + 1], a1, p, o[m + 1]);  // FP8 decodes to fp16
         } else {
-          // f16 of rows (2t, 2t+1): low halves are dim +0 (row r), high halves dim +1 (row r+8).
+          // 16-bit values of rows (2t, 2t+1): low halves are dim +0 (row r), high halves dim +1
+          // (row r+8); p holds P as the same type (register_softmax_step).
           const int m = v * kWordsPerRead + i;
           const uint32_t a[4] = {__byte_perm(w[0][i], w[1][i], 0x5410), __byte_perm(w[0][i], w[1][i], 0x7632),
                                  __byte_perm(w[2][i], w[3][i], 0x5410), __byte_perm(w[2][i], w[3][i], 0x7632)};
-          arch::mma_m16n8k16_row_col(o[m], a, p, o[m]);
+          if constexpr (Geometry::kMmaIn == ActType::kBf16) {
+            arch::mma_m16n8k16_row_col_bf16(o[m], a, p, o[m]);
+          } else {
+            arch::mma_m16n8k16_row_col(o[m], a, p, o[m]);
+          }
         }
       }
     }

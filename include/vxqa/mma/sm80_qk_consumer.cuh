@@ -27,11 +27,13 @@ template <int kHeadDim, KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
 struct Sm80TileGeometry {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "Sm80TileGeometry: head dim must be 64, 128 or 256");
-  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
-                "Sm80TileGeometry: KV elements are E5M2, E4M3 or fp16");
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16 || kKv == KvType::kBf16,
+                "Sm80TileGeometry: KV elements are E5M2, E4M3, fp16 or bf16");
   static constexpr int kHeadDimV = kHeadDim;
   static constexpr KvType kKvV = kKv;
   using Decode = KvDecode<kKv, kE4m3>;  // the consumers' conversion
+  // What the MMAs take: bf16 for a bf16 cache (with bf16 q and P), else fp16.
+  static constexpr ActType kMmaIn = kKv == KvType::kBf16 ? ActType::kBf16 : ActType::kFp16;
   static constexpr int kElemBytes = KvTraits<kKv>::kElemBytes;
   static constexpr int kTokens = 16;
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
@@ -77,17 +79,25 @@ struct Sm80QkConsumer {
 
 #if VXQA_IS_CUDA_COMPILER
   // `q_head_row`: the lane's head row of q (fp16 or bf16 bits, D contiguous), null for a
-  // padded head; bf16 becomes fp16 here.
+  // padded head; bf16 becomes fp16 here, but for the bf16 MMA (a bf16 cache), which takes it
+  // as it is.
   template <ActType kQ>
   VXQA_DEVICE static QFragments load_q(const uint16_t* q_head_row) {
+    static_assert(Geometry::kMmaIn == ActType::kFp16 || kQ == ActType::kBf16,
+                  "Sm80QkConsumer: a bf16 cache takes bf16 q");
     const int t = m16n8k16::thread_in_group(threadIdx.x & 31);
     QFragments f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       uint2 v = make_uint2(0u, 0u);
       if (q_head_row) v = *reinterpret_cast<const uint2*>(q_head_row + dim0(s, t));
-      f.q[s][0] = detail::act2_to_half2_bits<kQ>(v.x);
-      f.q[s][1] = detail::act2_to_half2_bits<kQ>(v.y);
+      if constexpr (Geometry::kMmaIn == ActType::kBf16) {
+        f.q[s][0] = v.x;
+        f.q[s][1] = v.y;
+      } else {
+        f.q[s][0] = detail::act2_to_half2_bits<kQ>(v.x);
+        f.q[s][1] = detail::act2_to_half2_bits<kQ>(v.y);
+      }
     }
     return f;
   }
@@ -115,7 +125,7 @@ struct Sm80QkConsumer {
           a[1] = h.x;
           a[2] = l.y;
           a[3] = h.y;
-        } else {  // two words of f16x2
+        } else {  // two words of f16x2 (bf16x2)
           a[0] = wl[2 * i];
           a[1] = wh[2 * i];
           a[2] = wl[2 * i + 1];
@@ -123,7 +133,11 @@ struct Sm80QkConsumer {
         }
         const int step = g * kStepsPerChunk + i;
         const uint32_t b[2] = {qf.q[step][0], qf.q[step][1]};
-        arch::mma_m16n8k16_row_col(acc[step & 1], a, b, acc[step & 1]);
+        if constexpr (Geometry::kMmaIn == ActType::kBf16) {
+          arch::mma_m16n8k16_row_col_bf16(acc[step & 1], a, b, acc[step & 1]);
+        } else {
+          arch::mma_m16n8k16_row_col(acc[step & 1], a, b, acc[step & 1]);
+        }
       }
     }
 #pragma unroll

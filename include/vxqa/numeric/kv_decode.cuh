@@ -6,7 +6,7 @@
 //   E5M2  one PRMT a pair of codes, exact (numeric/e5m2.cuh);
 //   E4M3  the hardware cvt a pair on sm_89 and newer (exact values), else the bit-move of
 //         numeric/e4m3.cuh: five instructions a pair, each value short of 2^8;
-//   fp16  nothing to decode.
+//   fp16, bf16  nothing to decode (bf16 goes to the bf16 MMA of the SM80 body).
 // The 2^8 joins the scales where they are applied once (the scores' scale, the outputs'),
 // never a code: factor() says what it is on the arch being compiled, so the host never
 // needs to know which path the device runs.
@@ -26,9 +26,9 @@ enum class E4m3Decode { kAuto, kSoftware };
 
 template <KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
 struct KvDecode {
-  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
-                "KvDecode: a cache element type is E5M2, E4M3 or fp16");
-  static constexpr bool kConverts = kv_type_is_fp8(kKv);  // fp16 is read as it is
+  static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16 || kKv == KvType::kBf16,
+                "KvDecode: a cache element type is E5M2, E4M3, fp16 or bf16");
+  static constexpr bool kConverts = kv_type_is_fp8(kKv);  // fp16 and bf16 are read as they are
 
 #if VXQA_IS_CUDA_COMPILER
   static constexpr bool kHardware = kKv == KvType::kE4M3 && kE4m3 == E4m3Decode::kAuto && VXQA_HAS_CVT_E4M3;
@@ -36,7 +36,7 @@ struct KvDecode {
   // Four codes as the bits of two half2: bytes 0,1 -> .x, bytes 2,3 -> .y (each value
   // divided by factor()).
   VXQA_DEVICE static uint2 four(uint32_t codes) {
-    static_assert(kConverts, "KvDecode: an fp16 cache has nothing to decode");
+    static_assert(kConverts, "KvDecode: a 16-bit cache has nothing to decode");
     if constexpr (kKv == KvType::kE5M2) {
       return e5m2x4_to_half2x2_bits(codes);
     } else if constexpr (kHardware) {

@@ -10,12 +10,17 @@ namespace vxqa {
 
 // The cache's element format. kUnset is what a parameter struct holds until the caller says
 // which format its cache has: the bytes alone do not tell E5M2 from E4M3 (vLLM's "fp8"), so
-// the format is never assumed. kE4M3 is OCP's float8_e4m3fn (numeric/e4m3.cuh).
-enum class KvType { kUnset, kE5M2, kFp16, kE4M3 };
+// the format is never assumed. kE4M3 is OCP's float8_e4m3fn (numeric/e4m3.cuh); kBf16 is
+// read by the SM80 body only (the bf16 MMA is sm_80+), with bf16 q.
+enum class KvType { kUnset, kE5M2, kFp16, kE4M3, kBf16 };
 
-// "e5m2", "e4m3", "fp16", or "unset".
+// "e5m2", "e4m3", "fp16", "bf16", or "unset".
 VXQA_HD const char* kv_type_name(KvType t) {
-  return t == KvType::kE5M2 ? "e5m2" : t == KvType::kE4M3 ? "e4m3" : t == KvType::kFp16 ? "fp16" : "unset";
+  return t == KvType::kE5M2   ? "e5m2"
+         : t == KvType::kE4M3 ? "e4m3"
+         : t == KvType::kFp16 ? "fp16"
+         : t == KvType::kBf16 ? "bf16"
+                              : "unset";
 }
 
 // An FP8 format: one byte a code, decoded to fp16 before the MMAs.
@@ -37,6 +42,11 @@ template <>
 struct KvTraits<KvType::kFp16> {
   static constexpr int kElemBytes = 2;
   static constexpr const char* kName = "fp16";
+};
+template <>
+struct KvTraits<KvType::kBf16> {
+  static constexpr int kElemBytes = 2;
+  static constexpr const char* kName = "bf16";
 };
 
 }  // namespace vxqa

@@ -7,10 +7,12 @@
 // sums only its own tokens into l; the eight partial sums are added once, at the end.
 // Semantics as softmax/online_softmax.cuh: base-2 logits, -inf masks, NaN kept.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <vxqa/arch/fast_float.cuh>
 #include <vxqa/arch/movmatrix.cuh>
 #include <vxqa/common.cuh>
+#include <vxqa/numeric/act_type.cuh>
 #include <vxqa/softmax/online_softmax.cuh>
 
 namespace vxqa {
@@ -37,8 +39,10 @@ VXQA_DEVICE float max_of_pair(float a, float b) {
 }
 
 // One 16-token tile: s[e] are base-2 logits (masked ones -inf) of head 2t + (e & 1), token
-// l/4 + 8 (e >> 1). Returns P as the B fragment of Pᵀ for mma.m16n8k16 (via movmatrix) and
-// the factor each of the two heads' earlier sums and outputs must be scaled by.
+// l/4 + 8 (e >> 1). Returns P (as kP: fp16, or bf16 for the bf16 MMA) as the B fragment of
+// Pᵀ for mma.m16n8k16 (via movmatrix) and the factor each of the two heads' earlier sums
+// and outputs must be scaled by.
+template <ActType kP = ActType::kFp16>
 VXQA_DEVICE void register_softmax_step(HeadPairState& st, const float (&s)[4], uint32_t (&p_frag)[2],
                                        float (&alpha)[2]) {
   float p[4];
@@ -55,13 +59,23 @@ VXQA_DEVICE void register_softmax_step(HeadPairState& st, const float (&s)[4], u
     alpha[h] = empty ? 1.f : arch::exp2_ftz(st.m[h] - m_new);
     st.m[h] = m_new;
   }
-  // Rows of the two 8x8 halves of Pᵀ (tokens l/4 and l/4 + 8), as f16x2 of heads 2t, 2t+1.
-  const __half2 top = __floats2half2_rn(p[0], p[1]), bottom = __floats2half2_rn(p[2], p[3]);
-  const float2 t = __half22float2(top), b = __half22float2(bottom);  // sum what P·V uses
-  st.l[0] = st.l[0] * alpha[0] + (t.x + b.x);
-  st.l[1] = st.l[1] * alpha[1] + (t.y + b.y);
-  p_frag[0] = arch::movmatrix_trans_b16(bit_cast<uint32_t>(__half2_raw(top)));
-  p_frag[1] = arch::movmatrix_trans_b16(bit_cast<uint32_t>(__half2_raw(bottom)));
+  // Rows of the two 8x8 halves of Pᵀ (tokens l/4 and l/4 + 8), as f16x2 (bf16x2) of heads
+  // 2t, 2t+1.
+  if constexpr (kP == ActType::kFp16) {
+    const __half2 top = __floats2half2_rn(p[0], p[1]), bottom = __floats2half2_rn(p[2], p[3]);
+    const float2 t = __half22float2(top), b = __half22float2(bottom);  // sum what P·V uses
+    st.l[0] = st.l[0] * alpha[0] + (t.x + b.x);
+    st.l[1] = st.l[1] * alpha[1] + (t.y + b.y);
+    p_frag[0] = arch::movmatrix_trans_b16(bit_cast<uint32_t>(__half2_raw(top)));
+    p_frag[1] = arch::movmatrix_trans_b16(bit_cast<uint32_t>(__half2_raw(bottom)));
+  } else {
+    const __nv_bfloat162 top = __floats2bfloat162_rn(p[0], p[1]), bottom = __floats2bfloat162_rn(p[2], p[3]);
+    const float2 t = __bfloat1622float2(top), b = __bfloat1622float2(bottom);
+    st.l[0] = st.l[0] * alpha[0] + (t.x + b.x);
+    st.l[1] = st.l[1] * alpha[1] + (t.y + b.y);
+    p_frag[0] = arch::movmatrix_trans_b16(bit_cast<uint32_t>(__nv_bfloat162_raw(top)));
+    p_frag[1] = arch::movmatrix_trans_b16(bit_cast<uint32_t>(__nv_bfloat162_raw(bottom)));
+  }
 }
 
 // The head pair's whole sum: the eight lanes' shares added (once, after the last tile).

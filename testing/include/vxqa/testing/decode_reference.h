@@ -1,8 +1,8 @@
 // vxqa/testing/decode_reference.h — float64 CPU reference of paged decode attention.
 //
-// It is the yardstick for the kernels, so it shares nothing with them: its own fp16/E5M2/E4M3
-// decode and its own address formula, written from the problem statement (design.md §1),
-// and no other vxqa header. Host only; plain C++17.
+// It is the yardstick for the kernels, so it shares nothing with them: its own
+// fp16/bf16/E5M2/E4M3 decode and its own address formula, written from the problem
+// statement (design.md §1), and no other vxqa header. Host only; plain C++17.
 //
 // Sequence b has len_b cached tokens and n_b query tokens, the last n_b of them (n_b = 1
 // without q_indptr); its query token i sits at position p = len_b − n_b + i. For that token,
@@ -33,11 +33,20 @@ enum class KvFormat {
   kE5M2,  // 1 byte per element
   kFp16,  // 2 bytes per element, IEEE binary16 bits
   kE4M3,  // 1 byte per element, OCP float8_e4m3fn
+  kBf16,  // 2 bytes per element, bfloat16 bits (the top half of an IEEE binary32)
 };
 
-inline int element_bytes(KvFormat format) { return format == KvFormat::kFp16 ? 2 : 1; }
+inline int element_bytes(KvFormat format) {
+  return format == KvFormat::kFp16 || format == KvFormat::kBf16 ? 2 : 1;
+}
 inline const char* format_name(KvFormat format) {
-  return format == KvFormat::kE5M2 ? "e5m2" : format == KvFormat::kE4M3 ? "e4m3" : "fp16";
+  switch (format) {
+    case KvFormat::kE5M2: return "e5m2";
+    case KvFormat::kE4M3: return "e4m3";
+    case KvFormat::kFp16: return "fp16";
+    case KvFormat::kBf16: return "bf16";
+  }
+  return "unknown";
 }
 
 namespace detail {
@@ -65,6 +74,17 @@ inline double decode_bias15(uint32_t bits, int mant_bits) {
 
 inline double fp16_to_double(uint16_t bits) { return detail::decode_bias15(bits, 10); }
 inline double e5m2_to_double(uint8_t bits) { return detail::decode_bias15(bits, 2); }
+
+// bf16 is the top half of an fp32 (sign | 8 exponent bits, bias 127 | 7 mantissa bits), so
+// the fp32 with those bits and a zero low half is its value, exactly; a NaN stays a NaN.
+inline double bf16_to_double(uint16_t bits) {
+  static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559,
+                "bf16_to_double: float must be IEEE binary32, whose top half bf16 is");
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof f);
+  return static_cast<double>(f);
+}
 
 // OCP E4M3 (float8_e4m3fn): sign | 4 exponent bits (bias 7) | 3 mantissa bits. It trades the
 // infinities for range: only S.1111.111 is NaN, so exponent 15 with any other mantissa is an
@@ -152,7 +172,7 @@ inline double load_element(const void* base, int64_t index, KvFormat format) {
   if (format == KvFormat::kE4M3) return e4m3_to_double(bytes[index]);
   uint16_t bits;
   std::memcpy(&bits, bytes + index * 2, sizeof bits);
-  return fp16_to_double(bits);
+  return format == KvFormat::kBf16 ? bf16_to_double(bits) : fp16_to_double(bits);
 }
 
 }  // namespace detail

@@ -3,7 +3,8 @@
 // only; plain C++17. compare.h turns it into the bound every test uses.
 //
 // What a kernel rounds (docs/design.md, "How the tests bound the error"):
-//  - Each softmax weight p_j = exp(s_j − max) is rounded to fp16 before P·V, and the sum l
+//  - Each softmax weight p_j = exp(s_j − max) is rounded to fp16 (bf16 with a bf16 cache,
+//    whose MMA takes bf16: an ulp 2^(e − 7) instead of 2^(e − 10)) before P·V, and the sum l
 //    is taken over the rounded weights. Relative to the reference's weights that rounding is
 //    a random error of at most half an fp16 ulp, independent from token to token: with e_j
 //    its standard deviation, out = Σ p̃_j v_j / Σ p̃_j is off by Σ δ_j (v_j − out) / l to first
@@ -79,8 +80,10 @@ inline double fp16_ulp(double x) {
   return std::ldexp(1.0, std::ilogb(a) - 10);
 }
 
-// The standard deviation of the fp16 rounding error of weight p (≤ 1).
-inline double weight_rounding_sigma(double p) {
+// The standard deviation of the rounding error of weight p (≤ 1): to fp16, or with `bf16` to
+// bf16 (fp32's range, but the kernels' exp2 flushes weights below 2^-126 to 0).
+inline double weight_rounding_sigma(double p, bool bf16 = false) {
+  if (bf16) return p < 0x1p-126 ? p : std::ldexp(1.0, std::ilogb(p) - 7) / std::sqrt(12.0);
   if (p < 0x1p-25) return p;  // rounds to 0
   return fp16_ulp(p) / std::sqrt(12.0);
 }
@@ -182,7 +185,7 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
             p[j] = std::exp(sg[j] - max);
             if (p[j] == 0) continue;  // a masked (-inf) score: no weight, no error (and no 0 · inf)
             const double score_error = 0x1p-22 * (ag[j] + std::fabs(sg[j])) * kLog2e;  // base-2 units
-            const double rounding = detail::weight_rounding_sigma(p[j]);
+            const double rounding = detail::weight_rounding_sigma(p[j], in.format == KvFormat::kBf16);
             double rel2 = kLn2 * kLn2 * score_error * score_error / 3 + 0x1p-44;
             if (cap > 0) rel2 += (kTanhError * cap) * (kTanhError * cap) / 3;
             e2[j] = rounding * rounding + p[j] * p[j] * rel2;

@@ -35,6 +35,7 @@ inline KvType problem_kv_type(reference::KvFormat format) {
     case reference::KvFormat::kE5M2: return KvType::kE5M2;
     case reference::KvFormat::kE4M3: return KvType::kE4M3;
     case reference::KvFormat::kFp16: return KvType::kFp16;
+    case reference::KvFormat::kBf16: return KvType::kBf16;
   }
   throw std::invalid_argument("vxqa::problem_kv_type: unknown reference::KvFormat");
 }

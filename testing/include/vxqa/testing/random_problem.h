@@ -65,6 +65,18 @@ inline uint16_t fp16_from_double(double x) {
   return static_cast<uint16_t>(detail::encode_bias15(x, 10, false));
 }
 
+// Round to nearest even on bf16's 8 significant bits (its smallest normal is fp32's, 2^-126),
+// straight from the double: no fp32 step, which would round twice. Overflow gives ±inf like
+// an ordinary cast; zeros keep their sign; every NaN gives the quiet NaN 0x7FC0.
+inline uint16_t bf16_from_double(double x) {
+  constexpr uint32_t kInfCode = 0x7F80u;  // all 8 exponent bits, mantissa 0
+  if (std::isnan(x)) return 0x7FC0u;
+  const uint32_t sign = std::signbit(x) ? 0x8000u : 0u;
+  const double a = std::fabs(x);
+  const uint64_t code = std::isinf(a) ? kInfCode : std::min<uint64_t>(detail::round_magnitude(a, 7, -126), kInfCode);
+  return static_cast<uint16_t>(sign | code);
+}
+
 // Round to nearest even, saturating as the cache writers' __NV_SATFINITE does: beyond ±448
 // (±inf included) gives ±448, since E4M3 has no inf and the code past 448 is NaN. Every NaN
 // gives 0x7F.
@@ -155,7 +167,8 @@ struct RandomProblem {
     const int32_t page = block_table[b * table_stride + t / page_size];
     return page * page_stride + (t % page_size) * token_stride + h * head_stride + d;
   }
-  // Decoded (unscaled) cache values; set_* rounds to the format (E5M2, E4M3: satfinite).
+  // Decoded (unscaled) cache values; set_* rounds to the format (E5M2, E4M3: satfinite;
+  // fp16, bf16: overflow to inf).
   double k_at(int b, int t, int h, int d) const {
     return load(k_offset + element_index(b, t, h, d));
   }
@@ -212,6 +225,7 @@ struct RandomProblem {
   uint32_t encode(double x) const {
     if (format == KvFormat::kE5M2) return e5m2_from_double(x);
     if (format == KvFormat::kE4M3) return e4m3_from_double(x);
+    if (format == KvFormat::kBf16) return bf16_from_double(x);
     return fp16_from_double(x);
   }
   double load(int64_t i) const { return detail::load_element(cache.data(), i, format); }
@@ -222,7 +236,8 @@ namespace detail {
 // Bits a stale or uninitialised cache element might hold; most would poison any sum.
 inline uint32_t garbage_element(KvFormat format, std::mt19937_64& rng) {
   // E4M3 has no inf: NaN and ±448 in its place, from the same draws, so that the other
-  // formats' garbage (and every problem built before E4M3) stays as it was.
+  // formats' garbage (and every problem built before E4M3 or bf16) stays as it was. bf16
+  // takes fp16's draws too: a bf16 problem's garbage sits where its fp16 twin's does.
   const uint64_t pick = rng() % 5;
   if (format == KvFormat::kE4M3) {
     switch (pick) {
@@ -231,6 +246,15 @@ inline uint32_t garbage_element(KvFormat format, std::mt19937_64& rng) {
       case 2: return 0xFEu;  // -448
       case 3: return 0x7Eu;  // largest finite
       default: return static_cast<uint32_t>(rng() & 0xFFu);
+    }
+  }
+  if (format == KvFormat::kBf16) {
+    switch (pick) {
+      case 0: return 0x7FC0u;  // NaN
+      case 1: return 0x7F80u;  // +inf
+      case 2: return 0xFF80u;  // -inf
+      case 3: return 0x7F7Fu;  // largest finite
+      default: return static_cast<uint32_t>(rng() & 0xFFFFu);
     }
   }
   const bool e5m2 = format == KvFormat::kE5M2;
