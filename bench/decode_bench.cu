@@ -17,13 +17,14 @@
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's reset, with the combine, an empty kernel) to place the fixed costs;
 // --formats times an E4M3 cache (the hardware cvt, and the software decode an A100 or V100
-// runs) against E5M2 on the same shapes;
+// runs) against E5M2 on the same shapes, and fp16 against bf16 caches (twice the bytes);
 // --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
 // against G 6 over the same KV;
 // --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
 // plan, for ncu; Q > 1: the --queries rows' multi-token Config (8 warps) with Q tokens a sequence.
 //
-// Bytes counted: every K and V byte of every sequence once (1 byte per element for FP8),
+// Bytes counted: every K and V byte of every sequence once (1 byte per element for FP8, 2
+// for fp16 and bf16),
 // plus q and out. Shapes whose data would sit in L2 rotate over enough cache copies to
 // cover 4x the L2, so each step reads from DRAM.
 #include <cuda_fp16.h>
@@ -141,20 +142,27 @@ struct Breakdown {
 };
 std::vector<Breakdown> breakdowns;
 
+// The test library's cache format of a KV type.
+vxqa::reference::KvFormat format_of(vxqa::KvType kv) {
+  switch (kv) {
+    case vxqa::KvType::kE4M3: return vxqa::reference::KvFormat::kE4M3;
+    case vxqa::KvType::kFp16: return vxqa::reference::KvFormat::kFp16;
+    case vxqa::KvType::kBf16: return vxqa::reference::KvFormat::kBf16;
+    default: return vxqa::reference::KvFormat::kE5M2;
+  }
+}
+
 template <class Config>
 Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes, double copy_gbs,
                  int chunk_tokens = 0, std::string name = "", bool breakdown = false, VariantValues variant = {}) {
-  static_assert(vxqa::kv_type_is_fp8(Config::kKv), "decode_bench: the shapes' bytes count one a KV element");
-  const auto p = vxqa_bench::make_problem(shape, Config::kHeadDim,
-                                          Config::kKv == vxqa::KvType::kE4M3 ? vxqa::reference::KvFormat::kE4M3
-                                                                              : vxqa::reference::KvFormat::kE5M2);
+  const auto p = vxqa_bench::make_problem(shape, Config::kHeadDim, format_of(Config::kKv));
   long long tokens = 0;
   int max_len = 1;
   for (int len : p.seq_lens)
     tokens += variant.window > 0 ? std::min(len, variant.window) : len, max_len = std::max(max_len, len);
   const int q_len = variant.q_len;
-  const double bytes =
-      double(tokens) * p.kv_heads * p.head_dim * 2 + 4.0 * p.batch * q_len * p.query_heads() * p.head_dim;
+  const double bytes = double(tokens) * p.kv_heads * p.head_dim * 2 * Config::kElemBytes +
+                       4.0 * p.batch * q_len * p.query_heads() * p.head_dim;
 
   const int copies = std::min(16, std::max(1, int(4.0 * l2_bytes / p.cache.size()) + 1));
   std::vector<unsigned char*> caches(copies);
@@ -206,6 +214,7 @@ Result run_shape(const Shape& shape, cudaStream_t stream, int sms, int l2_bytes,
     params[i].sinks = sinks;
     params[i].q_indptr = q_indptr;
     params[i].max_q_len = q_len;
+    params[i].qo_type = Config::kQo;  // a bf16 cache's q: the fp16 bits read as bf16, finite (timing only)
   }
   auto step_all = [&] {
     for (int i = 0; i < copies; ++i) {
@@ -470,6 +479,13 @@ int main(int argc, char** argv) {
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "E5M2"));
       results.push_back(run_shape<E4m3>(shapes[i], stream, sms, l2, copy, 0, "E4M3"));
       results.push_back(run_shape<E4m3Software>(shapes[i], stream, sms, l2, copy, 0, "E4M3, software decode"));
+    }
+    using Fp16Cache = vxqa::DecodeConfig<256, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>;
+    using Bf16Cache =
+        vxqa::DecodeConfig<256, vxqa::KvType::kBf16, vxqa::opt::Warps<2>, vxqa::opt::QoType<vxqa::ActType::kBf16>>;
+    for (int i : {0, 3}) {
+      results.push_back(run_shape<Fp16Cache>(shapes[i], stream, sms, l2, copy, 0, "fp16 cache"));
+      results.push_back(run_shape<Bf16Cache>(shapes[i], stream, sms, l2, copy, 0, "bf16 cache, bf16 q"));
     }
     results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, 0, "E5M2"));
     results.push_back(run_shape<vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>>(d128, stream, sms, l2, copy, 0, "E4M3"));

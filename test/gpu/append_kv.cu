@@ -79,16 +79,19 @@ struct Case {
 // What append_kv takes as a scale (vxqa::scale_is_valid, written out here).
 bool good_scale(float s) { return s > 0.f && std::isfinite(s); }
 
+// Kinds 0..3 of the draws below: ±inf, NaN and -0.
+double special_value(uint64_t kind) {
+  const double specials[] = {INFINITY, -INFINITY, NAN, -0.0};
+  return specials[kind];
+}
+
 // draw_value for an E4M3 cache, drawn as the x / scale to encode and returned times `scale`
 // (so that a tie stays one under a power-of-two scale): past ±448, subnormal (below 2^-6)
 // or under half the smallest (2^-10), exact midpoints of neighbouring finite codes (ties to
 // even), and a few inf / NaN / -0.
 double draw_e4m3_value(Rng& rng, float scale) {
   const uint64_t kind = rng.below(40);
-  if (kind == 0) return INFINITY;
-  if (kind == 1) return -INFINITY;
-  if (kind == 2) return NAN;
-  if (kind == 3) return -0.0;
+  if (kind < 4) return special_value(kind);
   const double s = good_scale(scale) ? scale : 1.0;  // a bad device scale: rows are NaN anyway
   if (kind < 7) return s * rng.uniform(-2000, 2000);
   if (kind < 10) return s * rng.uniform(-0.02, 0.02);
@@ -107,10 +110,7 @@ double draw_e4m3_value(Rng& rng, float scale) {
 // power of two), and a few inf / NaN / -0.
 double draw_bf16_value(Rng& rng, float scale) {
   const uint64_t kind = rng.below(40);
-  if (kind == 0) return INFINITY;
-  if (kind == 1) return -INFINITY;
-  if (kind == 2) return NAN;
-  if (kind == 3) return -0.0;
+  if (kind < 4) return special_value(kind);
   const double s = good_scale(scale) ? scale : 1.0;  // a bad device scale: rows are NaN anyway
   if (kind < 7) return rng.uniform(-3.3e38, 3.3e38);
   if (kind < 10) return s * rng.uniform(-1.2e-38, 1.2e-38);

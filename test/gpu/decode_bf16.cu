@@ -35,6 +35,18 @@ void bf16_matches_reference(vxqa::reference::RandomProblemOptions o, uint64_t se
   }
 }
 
+// Whether the GPU runs the SM80 body, where bf16 caches are read (decode refuses them
+// elsewhere); says it skips where not.
+bool has_bf16_mma() {
+  cudaDeviceProp prop{};
+  int device = 0;
+  VXQA_CUDA_CHECK(cudaGetDevice(&device));
+  VXQA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (prop.major >= 8) return true;
+  WARN("SKIPPED: bf16 caches need sm_80 or newer, this GPU is sm_" << prop.major << prop.minor);
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("bf16 q and out decode like the reference, every head dim and cache type", "[decode_bf16]") {
@@ -80,14 +92,7 @@ TEST_CASE("bf16 q and out decode like the reference, every head dim and cache ty
 
 TEST_CASE("bf16 caches decode like the reference on the SM80 body, every head dim, one chunk and several",
           "[decode_bf16]") {
-  cudaDeviceProp prop{};
-  int device = 0;
-  VXQA_CUDA_CHECK(cudaGetDevice(&device));
-  VXQA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  if (prop.major < 8) {  // decode refuses it there (decode_errors.cu would say how); nothing to run
-    WARN("SKIPPED: bf16 caches need sm_80 or newer, this GPU is sm_" << prop.major << prop.minor);
-    return;
-  }
+  if (!has_bf16_mma()) return;
   // The SM80 body even in the suite built with the SM70 atom as the default.
   using vxqa::opt::Atom;
   constexpr vxqa::MmaAtom kAuto = vxqa::MmaAtom::kAuto;
@@ -127,14 +132,7 @@ TEST_CASE("bf16 caches decode like the reference on the SM80 body, every head di
 }
 
 TEST_CASE("a bf16 cache is read as bf16: the same bytes as fp16 codes fail the bound", "[decode_bf16]") {
-  cudaDeviceProp prop{};
-  int device = 0;
-  VXQA_CUDA_CHECK(cudaGetDevice(&device));
-  VXQA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  if (prop.major < 8) {
-    WARN("SKIPPED: bf16 caches need sm_80 or newer, this GPU is sm_" << prop.major << prop.minor);
-    return;
-  }
+  if (!has_bf16_mma()) return;
   using Config = Bf16Config<128, vxqa::KvType::kBf16, vxqa::opt::Atom<vxqa::MmaAtom::kAuto>>;
   auto o = vxqa_test::aligned_options<Config>();
   o.group = 4;

@@ -86,7 +86,7 @@ struct QoType {
   using Tag = detail::QoTypeTag;
   static constexpr ActType kValue = T;
 };
-// The MMA atom (default VXQA_DEFAULT_MMA_ATOM, normally MmaAtom::kAuto).
+// The MMA atom (default VXQA_DEFAULT_MMA_ATOM, normally MmaAtom::kAuto; a bf16 cache: kAuto).
 template <MmaAtom A>
 struct Atom {
   using Tag = detail::AtomTag;
@@ -203,7 +203,9 @@ struct DecodeConfig {
   static constexpr int PageSize = option<opt::detail::PageSizeTag, opt::PageSize<0>>;
   static constexpr ConvertAt Convert = option<opt::detail::ConvertTag, opt::Convert<ConvertAt::kConsume>>;
   static constexpr PageIdCheck Check = option<opt::detail::PageIdsTag, opt::PageIds<PageIdCheck::kOn>>;
-  static constexpr MmaAtom Atom = option<opt::detail::AtomTag, opt::Atom<VXQA_DEFAULT_MMA_ATOM>>;
+  // A bf16 cache has only the SM80 body: a build's default atom does not reach it.
+  static constexpr MmaAtom Atom =
+      option<opt::detail::AtomTag, opt::Atom<Kv == KvType::kBf16 ? MmaAtom::kAuto : VXQA_DEFAULT_MMA_ATOM>>;
   static constexpr int AsyncStages = option<opt::detail::AsyncStagesTag, opt::AsyncStages<0>>;
   static constexpr ActType Qo = option<opt::detail::QoTypeTag, opt::QoType<ActType::kFp16>>;
   static constexpr unsigned kVariantFlags = option<opt::detail::VariantTag, opt::Variant<0u>>;
