@@ -766,6 +766,12 @@ inline SweepCase draw_case(uint64_t seed) {
   // The attention variant (drawn after everything else: the draws above are what they
   // were): a third of the finite cases, run by the Configs with every flag.
   if (c.cls == CaseClass::kFinite && r.chance(33)) detail::draw_variant(r, &c);
+  // A bf16 cache (the SM80 body's bf16 MMA, bf16 q): drawn last, from a third of the plain
+  // single-token E5M2 cases with bf16 q (its Configs take no variant or multi-token case).
+  if (o.format == KvFormat::kE5M2 && c.bf16_q && !c.multi_token() && c.variant_flags() == 0u && r.chance(30)) {
+    o.format = KvFormat::kBf16;
+    o.stride_align = 16 / vxqa::reference::element_bytes(o.format);
+  }
   return c;
 }
 

@@ -50,6 +50,9 @@ using MultiToken = DecodeConfig<D, Kv, opt::Variant<vxqa::kAllVariantFlags>, opt
 // atom with the software decode (a V100's path), and every variant flag with the software
 // decode (an A100's path on the default atom); D64's first and D128's second take bf16 q/out.
 using E4m3Software = opt::E4m3Path<vxqa::E4m3Decode::kSoftware>;
+// A bf16 cache, in each head dim: the SM80 body only, bf16 q/out (plain single-token cases).
+template <int D, class... Options>
+using Bf16Cache = DecodeConfig<D, KvType::kBf16, opt::QoType<ActType::kBf16>, Options...>;
 
 // Besides the common Configs of each head dim: Warps 1, 2, 4 and 8; Stages 1 and 2 (D 256
 // takes 1 only: 2 would need 192 registers a lane); ConvertAt::kPublish; an explicit
@@ -66,7 +69,7 @@ using D64Configs = ConfigList<DecodeConfig<64, KvType::kE5M2>,
                               MultiToken<64, KvType::kE5M2, opt::Warps<8>>,
                               DecodeConfig<64, KvType::kE4M3, opt::QoType<ActType::kBf16>>,
                               DecodeConfig<64, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software>,
-                              EveryVariant<64, KvType::kE4M3, E4m3Software>>;
+                              EveryVariant<64, KvType::kE4M3, E4m3Software>, Bf16Cache<64>>;
 using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                Sm70<128, KvType::kE5M2, 4, 1, 0, ConvertAt::kPublish>,
                                DecodeConfig<128, KvType::kE5M2, opt::PageSize<16>>,
@@ -80,7 +83,7 @@ using D128Configs = ConfigList<DecodeConfig<128, KvType::kE5M2>,
                                DecodeConfig<128, KvType::kE4M3>,
                                DecodeConfig<128, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software,
                                             opt::Convert<ConvertAt::kPublish>, opt::QoType<ActType::kBf16>>,
-                               EveryVariant<128, KvType::kE4M3, E4m3Software>>;
+                               EveryVariant<128, KvType::kE4M3, E4m3Software>, Bf16Cache<128>>;
 using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>,
                                DecodeConfig<256, KvType::kFp16>,
@@ -93,7 +96,8 @@ using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                MultiToken<256, KvType::kE5M2, opt::Warps<6>>,
                                DecodeConfig<256, KvType::kE4M3>,
                                DecodeConfig<256, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software>,
-                               EveryVariant<256, KvType::kE4M3, E4m3Software, opt::Atom<MmaAtom::kSm70>>>;
+                               EveryVariant<256, KvType::kE4M3, E4m3Software, opt::Atom<MmaAtom::kSm70>>,
+                               Bf16Cache<256, opt::Warps<2>>>;
 
 // The plan Config makes for the case.
 template <class Config>
@@ -133,9 +137,9 @@ template <class Config>
 ConfigInfo config_info() {
   ConfigInfo info;
   info.head_dim = Config::kHeadDim;
-  static_assert(Config::kKv != KvType::kBf16, "sweep: bf16 caches are not drawn yet");
   info.format = Config::kKv == KvType::kE5M2   ? KvFormat::kE5M2
                 : Config::kKv == KvType::kE4M3 ? KvFormat::kE4M3
+                : Config::kKv == KvType::kBf16 ? KvFormat::kBf16
                                                : KvFormat::kFp16;
   info.page_size = Config::kPageSize;
   info.qo = Config::kQo;

@@ -59,6 +59,7 @@ namespace detail {
 // has no infinity: its poisons are the NaN codes, of the infinity's sign.
 inline uint32_t poison_bits(Poison p, KvFormat format) {
   if (format == KvFormat::kE4M3) return p == Poison::kMinusInf ? 0xFFu : 0x7Fu;
+  if (format == KvFormat::kBf16) return p == Poison::kNan ? 0x7FC0u : p == Poison::kPlusInf ? 0x7F80u : 0xFF80u;
   const bool e5m2 = format == KvFormat::kE5M2;
   switch (p) {
     case Poison::kNan: return e5m2 ? 0x7Eu : 0x7E00u;
