@@ -35,6 +35,25 @@ void bf16_matches_reference(vxqa::reference::RandomProblemOptions o, uint64_t se
   }
 }
 
+// Groups 1, 6 and 11 over pages of 7 tokens, ragged lengths and non-unit scales; returns the
+// next seed.
+template <class Config>
+uint64_t groups_over_short_pages(uint64_t seed) {
+  for (int group : {1, 6, 11}) {
+    auto o = vxqa_test::aligned_options<Config>();
+    o.group = group;
+    o.kv_heads = 2;
+    o.batch = 4;
+    o.page_size = 7;
+    o.min_seq_len = 1;
+    o.max_seq_len = 900;
+    o.k_scale = 0.6f;
+    o.v_scale = 1.7f;
+    bf16_matches_reference<Config>(o, seed++);
+  }
+  return seed;
+}
+
 // Whether the GPU runs the SM80 body, where bf16 caches are read (decode refuses them
 // elsewhere); says it skips where not.
 bool has_bf16_mma() {
@@ -51,18 +70,7 @@ bool has_bf16_mma() {
 
 TEST_CASE("bf16 q and out decode like the reference, every head dim and cache type", "[decode_bf16]") {
   uint64_t seed = 7100;
-  for (int group : {1, 6, 11}) {
-    auto o = vxqa_test::aligned_options<Bf16Config<64, vxqa::KvType::kE5M2>>();
-    o.group = group;
-    o.kv_heads = 2;
-    o.batch = 4;
-    o.page_size = 7;
-    o.min_seq_len = 1;
-    o.max_seq_len = 900;
-    o.k_scale = 0.6f;
-    o.v_scale = 1.7f;
-    bf16_matches_reference<Bf16Config<64, vxqa::KvType::kE5M2>>(o, seed++);
-  }
+  seed = groups_over_short_pages<Bf16Config<64, vxqa::KvType::kE5M2>>(seed);
   {
     auto o = vxqa_test::aligned_options<Bf16Config<128, vxqa::KvType::kE5M2, vxqa::opt::PageSize<16>>>();
     o.group = 8;
@@ -97,19 +105,7 @@ TEST_CASE("bf16 caches decode like the reference on the SM80 body, every head di
   using vxqa::opt::Atom;
   constexpr vxqa::MmaAtom kAuto = vxqa::MmaAtom::kAuto;
   uint64_t seed = 7400;
-  for (int group : {1, 6, 11}) {
-    using Config = Bf16Config<64, vxqa::KvType::kBf16, Atom<kAuto>>;
-    auto o = vxqa_test::aligned_options<Config>();
-    o.group = group;
-    o.kv_heads = 2;
-    o.batch = 4;
-    o.page_size = 7;
-    o.min_seq_len = 1;
-    o.max_seq_len = 900;
-    o.k_scale = 0.6f;
-    o.v_scale = 1.7f;
-    bf16_matches_reference<Config>(o, seed++);
-  }
+  seed = groups_over_short_pages<Bf16Config<64, vxqa::KvType::kBf16, Atom<kAuto>>>(seed);
   {
     using Config = Bf16Config<128, vxqa::KvType::kBf16, Atom<kAuto>, vxqa::opt::PageSize<16>>;
     auto o = vxqa_test::aligned_options<Config>();
