@@ -239,7 +239,10 @@ def main():
             cfg = config_of(demangled.get(name, ""))
             sm70_body = any(op.startswith("HMMA.884") for _, op, _ in loop)
             tokens = 32 if sm70_body else 16
-            kib = tokens * cfg[0] * cfg[1] * 2 / 1024 if cfg else float("nan")
+            # A warp's pass reads its tile's K and V; at head dim 512 two warps share a tile (each
+            # its half of D for PV, both QK), so a pass stands for half of the tile's bytes.
+            parts = 2 if cfg and cfg[0] > 256 else 1
+            kib = tokens * cfg[0] * cfg[1] * 2 / 1024 / parts if cfg else float("nan")
             total = len(loop)
             rows[(os.path.basename(path), arch, title.strip())] = [total] + [counts[p] for p in PHASES]
             print("%-10s %-6s %-60s %5d %5d %s  %7.1f" % (os.path.basename(path)[:10], arch, title[:60], tokens, total,

@@ -24,30 +24,35 @@ using vxqa::KvType;
 
 // The shared-memory formula, from the sizes of its parts spelled out:
 //   Q tile       8 rows of (2D + 16) bytes
-//   K/V tile     32 tokens x D x elem bytes
-//   S            8 x 36 floats  = 1152 bytes
-//   P            8 x 40 halves  =  640 bytes
-//   alpha        16 floats      =   64 bytes
+//   K/V tile     32 tokens x D x elem bytes, one a team (D 512: two warps; else one)
+//   S            8 x 36 floats  = 1152 bytes, one a warp
+//   P            8 x 40 halves  =  640 bytes, one a warp
+//   alpha        16 floats      =   64 bytes, one a warp
 constexpr int smem_formula(int d, int elem_bytes, int warps) {
-  return 8 * (2 * d + 16) + warps * (32 * d * elem_bytes + 1152 + 640 + 64);
+  const int parts = d > 256 ? 2 : 1;
+  return 8 * (2 * d + 16) + warps / parts * (32 * d * elem_bytes + parts * (1152 + 640 + 64));
 }
 static_assert(smem_formula(256, 2, 5) <= 96 * 1024, "D256 fp16 fits 5 warps");
 static_assert(smem_formula(256, 2, 6) > 96 * 1024, "but not 6");
 static_assert(smem_formula(256, 2, 8) == 150144 && smem_formula(256, 2, 8) > vxqa::kSm70MaxSmemBytes,
               "DecodeConfig<256, kFp16, opt::Warps<8>> (test/compile_fail/smem_over_budget.cu) is over the budget");
 static_assert(vxqa::kSm70MaxSmemBytes == 98304, "96 KB");
+static_assert(smem_formula(512, 2, 4) <= 96 * 1024 && smem_formula(512, 2, 6) > 96 * 1024,
+              "D512 fp16 fits two teams on SM70, not three (the SM80 body's stages take one)");
 
 template <class C, int kD, KvType kKv, int kWarps, int kStages, int kPage, int kExpectSmem, int kExpectPieceTokens>
 constexpr bool check_config() {
   constexpr int eb = kKv == KvType::kE5M2 ? 1 : 2;
+  constexpr int parts = kD > 256 ? 2 : 1;  // warps sharing a tile, each with kD / parts dims of O
   static_assert(C::kHeadDim == kD && C::kKv == kKv && C::kWarps == kWarps && C::kStages == kStages &&
                     C::kPageSize == kPage,
                 "the parameters come back");
   static_assert(C::kElemBytes == eb, "elem bytes");
   static_assert(C::kThreads == 32 * kWarps, "a warp is 32 threads");
-  static_assert(C::kCtaTokens == 32 * kWarps, "each warp takes a 32-token tile per round");
-  static_assert(C::kSm80CtaTokens == 16 * kWarps, "each warp takes a 16-token tile per SM80 round");
-  static_assert(C::kChunkMultiple == 16 * kWarps, "chunks are whole rounds of the finer body");
+  static_assert(C::kParts == parts && C::kTeams == kWarps / parts, "teams of warps sharing a tile");
+  static_assert(C::kCtaTokens == 32 * kWarps / parts, "each team takes a 32-token tile per round");
+  static_assert(C::kSm80CtaTokens == 16 * kWarps / parts, "each team takes a 16-token tile per SM80 round");
+  static_assert(C::kChunkMultiple == 16 * kWarps / parts, "chunks are whole rounds of the finer body");
   static_assert(C::kHeadsPerCta == 8, "one M tile of 8 heads");
   static_assert(std::is_same<typename C::Geometry, vxqa::pipeline::WarpTileGeometry<kD, kKv>>::value,
                 "geometry");
@@ -56,7 +61,7 @@ constexpr bool check_config() {
   // Pieces: at most 8 KB of a warp's tile per register stage.
   static_assert(C::kPieceTokens == kExpectPieceTokens, "piece tokens");
   static_assert(C::kPieceTokens * kD * eb <= 8192, "a piece is at most 8 KB a warp (64 registers a lane)");
-  static_assert(C::kPiecesPerTile * C::kPieceTokens == 32, "pieces tile a 32-token tile");
+  static_assert(C::kPiecesPerTile * C::kPieceTokens * parts == 32, "a team's pieces tile a 32-token tile");
   static_assert((2 * C::kPiecesPerTile) % kStages == 0 && kStages <= 2 * C::kPiecesPerTile, "stages");
   // The shared-memory map.
   static_assert(C::kQBytes == 8 * (2 * kD + 16), "Q tile");
@@ -64,16 +69,18 @@ constexpr bool check_config() {
   static_assert(C::kWarpScoreOffset == 32 * kD * eb, "S after the tile");
   static_assert(C::kWarpProbOffset == C::kWarpScoreOffset + 1152, "P after S");
   static_assert(C::kWarpAlphaOffset == C::kWarpProbOffset + 640, "alpha after P");
-  static_assert(C::kWarpBytes == C::kWarpAlphaOffset + 64, "warp area");
-  static_assert(C::kSmemBytes == C::kQBytes + kWarps * C::kWarpBytes, "Q + warps");
+  static_assert(C::kWarpStateBytes == 1152 + 640 + 64, "a warp's S, P and alpha");
+  static_assert(C::kTeamBytes == C::kWarpScoreOffset + parts * C::kWarpStateBytes, "a team's area");
+  static_assert(C::warp_state_offset(parts - 1) + C::kWarpStateBytes == C::kTeamBytes, "the last warp's state ends it");
+  static_assert(C::kSmemBytes == C::kQBytes + kWarps / parts * C::kTeamBytes, "Q + teams");
   static_assert(C::kSmemBytes == smem_formula(kD, eb, kWarps), "the formula");
   static_assert(C::kSmemBytes == kExpectSmem, "the number worked out by hand");
   static_assert(C::kSmemBytes <= vxqa::kSm70MaxSmemBytes, "within 96 KB");
   // 16-byte accesses need every area 16-byte aligned; the merge reuses tile and S.
-  static_assert(C::kQBytes % 16 == 0 && C::kWarpBytes % 16 == 0 && C::kWarpScoreOffset % 16 == 0 &&
+  static_assert(C::kQBytes % 16 == 0 && C::kTeamBytes % 16 == 0 && C::kWarpScoreOffset % 16 == 0 &&
                     C::kWarpProbOffset % 16 == 0 && C::kWarpAlphaOffset % 16 == 0,
                 "aligned areas");
-  static_assert(8 * kD * 4 <= C::kWarpScoreOffset, "merge O (8 x D fp32) fits the tile");
+  static_assert(8 * kD * 4 <= C::kWarpScoreOffset, "merge O (8 x D fp32, its parts side by side) fits the tile");
   static_assert(16 * 4 <= C::kWarpProbOffset - C::kWarpScoreOffset, "merge (m, l) fits S");
   return true;
 }
@@ -87,7 +94,11 @@ static_assert(check_config<DecodeConfig<64, KvType::kFp16, opt::Warps<1>>, 64, K
 static_assert(check_config<DecodeConfig<128, KvType::kFp16, opt::Warps<8>, opt::Sm70Stages<2>>, 128, KvType::kFp16, 8, 2, 0, 82560, 32>(), "");
 static_assert(check_config<DecodeConfig<256, KvType::kFp16, opt::PageSize<16>>, 256, KvType::kFp16, 4, 1, 16, 77184, 16>(), "");
 static_assert(check_config<DecodeConfig<256, KvType::kFp16, opt::Warps<5>>, 256, KvType::kFp16, 5, 1, 0, 95424, 16>(), "");
+static_assert(check_config<DecodeConfig<512, KvType::kE5M2>, 512, KvType::kE5M2, 4, 1, 0, 48512, 16>(), "");
+static_assert(check_config<DecodeConfig<512, KvType::kE5M2, opt::Warps<6>>, 512, KvType::kE5M2, 6, 1, 0, 68608, 16>(), "");
+static_assert(check_config<DecodeConfig<512, KvType::kFp16, opt::Warps<2>>, 512, KvType::kFp16, 2, 1, 0, 44800, 8>(), "");
 static_assert(DecodeConfig<256, KvType::kFp16>::kPiecesPerTile == 2, "D256 fp16: two 16-token pieces");
+static_assert(DecodeConfig<512, KvType::kFp16, opt::Warps<2>>::kPiecesPerTile == 2, "D512 fp16: a warp's 16 rows, two pieces of 8");
 static_assert(DecodeConfig<128, KvType::kFp16>::kPiecesPerTile == 1, "D128 fp16: 8 KB tile, one piece");
 
 // ---------------------------------------------------------------------------------------

@@ -67,21 +67,22 @@ void check_qk_indices() {
     for (int t = 0; t < 32; ++t) REQUIRE(seen[h][t] == 1);
 }
 
-// (c) PV: the dim of O column n (n-block j) lies in the span of D/8 dims that the lanes with
-// B column n read from the V row.
+// (c) PV: the dim of O column n (n-block j) lies in the span of P/8 dims that the lanes with
+// B column n read from the V row (P: the warp's part of the head dims, D up to 256).
 template <int D, int E>
 void check_pv_indices() {
   using Pv = mma::PvConsumer<pipeline::WarpTileGeometry<D, E == 1 ? KvType::kE5M2 : KvType::kFp16>>;
   INFO("PV, head dim " << D << ", " << E << "-byte elements");
-  constexpr int kSpanDims = D / 8;
-  std::vector<int> seen(8 * D, 0);
+  constexpr int P = Pv::kPartDims;
+  constexpr int kSpanDims = P / 8;
+  std::vector<int> seen(8 * P, 0);
   for (int lane = 0; lane < 32; ++lane) {
     const int q = mma::quad_pair(lane);
     for (int nblock = 0; nblock < Pv::kNBlocks; ++nblock)
       for (int i = 0; i < 8; ++i) {
         const int head = mma::c_row(lane, i), dim = Pv::c_dim(lane, nblock, i);
-        REQUIRE((dim >= 0 && dim < D));
-        ++seen[head * D + dim];
+        REQUIRE((dim >= 0 && dim < P));
+        ++seen[head * P + dim];
         int b_lanes = 0;
         for (int other = 0; other < 32; ++other)
           for (int k = 0; k < 4; ++k) {
@@ -93,7 +94,7 @@ void check_pv_indices() {
         CHECK(b_lanes == 4);  // one per k row (token) of the k-step
       }
   }
-  for (int x = 0; x < 8 * D; ++x) REQUIRE(seen[x] == 1);
+  for (int x = 0; x < 8 * P; ++x) REQUIRE(seen[x] == 1);
 }
 
 }  // namespace
@@ -173,7 +174,9 @@ TEST_CASE("PV consumer: c_dim covers the 8 x D O block once, inside the spans th
   check_pv_indices<64, 1>();
   check_pv_indices<128, 1>();
   check_pv_indices<256, 1>();
+  check_pv_indices<512, 1>();
   check_pv_indices<64, 2>();
   check_pv_indices<128, 2>();
   check_pv_indices<256, 2>();
+  check_pv_indices<512, 2>();
 }

@@ -1,6 +1,7 @@
 // Bank-conflict proofs for the shared-memory accesses of the decode kernel's main loop and
 // warp merge, computed lane by lane from the same layout and fragment functions the device
-// code uses, for every head dim and element size; and the layouts are bijections (no two
+// code uses, for every head dim and element size (at D 512 for each warp's part of the
+// rows); and the layouts are bijections (no two
 // logical pieces share bytes). Not covered: the Q tile's one-off stores, and kPublish's
 // converting stores (2-way at D >= 128, docs/design.md).
 #include <catch2/catch.hpp>
@@ -58,16 +59,18 @@ void check_geometry() {
     for (int l = 0; l < 32; ++l) p[l] = pipeline::ProbTileLayout::offset(mma::a_row(l), 4 * step);
     INFO("P read, step " << step);
     REQUIRE(conflict_ways(p, 8) == 1);
-    for (int byte = 0; byte < G::kSpanBytes; byte += V::kGranule) {
-      std::vector<int> v(32);
-      for (int l = 0; l < 32; ++l)
-        v[l] = V::granule_offset(4 * step + mma::b_row_major_row(l), Pv::span(l) * G::kSpanBytes + byte);
-      INFO("V read, step " << step << " byte " << byte);
-      REQUIRE(conflict_ways(v, V::kGranule) == 1);
-    }
+    for (int part = 0; part < G::kParts; ++part)
+      for (int byte = 0; byte < G::kSpanBytes; byte += V::kGranule) {
+        std::vector<int> v(32);
+        for (int l = 0; l < 32; ++l)
+          v[l] = V::granule_offset(4 * step + mma::b_row_major_row(l),
+                                   part * G::kPartBytes + Pv::span(l) * G::kSpanBytes + byte);
+        INFO("V read, step " << step << " part " << part << " byte " << byte);
+        REQUIRE(conflict_ways(v, V::kGranule) == 1);
+      }
   }
   // Publisher stores of a tile (STS.128, or STS.64 pairs for 8-byte V granules).
-  using Piece = pipeline::RegisterPiece<G, 32>;
+  using Piece = pipeline::RegisterPiece<G, 32 / G::kParts>;  // a team's warp stores its share
   for (int i = 0; i < Piece::kLoadsPerLane; ++i) {
     std::vector<int> k(32), v0(32), v1(32);
     for (int l = 0; l < 32; ++l) {
@@ -125,8 +128,10 @@ void check_geometry() {
   }
   REQUIRE(int(s_written.size()) == 8 * 32);
 
-  // Merge O stores (STS.64 of accumulators i, i + 1: adjacent dims of one head row).
-  using M = pipeline::MergeTileLayout<D>;
+  // Merge O stores (STS.64 of accumulators i, i + 1: adjacent dims of one head row), each
+  // warp of a team into its own part's area (M::kBytes apart).
+  using M = pipeline::MergeTileLayout<G::kPartDims>;
+  constexpr int P = G::kPartDims;
   std::set<int> o_written;
   for (int n = 0; n < Pv::kNBlocks; ++n)
     for (int i = 0; i < 8; i += 2) {
@@ -144,14 +149,15 @@ void check_geometry() {
       INFO("merge O store, n-block " << n << ", elements " << i << " and " << i + 1);
       REQUIRE(conflict_ways(a, 8) == 1);
     }
-  REQUIRE(int(o_written.size()) == 8 * D);
+  REQUIRE(int(o_written.size()) == 8 * P);
   // Merge reads (DecodeCtaSm70::merge_and_write): thread t takes (head, dim) = (t / D, t % D),
-  // so a warp reads 32 consecutive dims of one head: O word by word, m and l broadcast.
+  // so a warp reads 32 consecutive dims of one head (of one part): O word by word, m and l
+  // broadcast.
   for (int first = 0; first < 8 * D; first += 32) {
     std::vector<int> o(32), m(32), l_sum(32);
     for (int l = 0; l < 32; ++l) {
       const int head = (first + l) / D, dim = (first + l) % D;
-      o[l] = 4 * M::index(head, dim);
+      o[l] = 4 * (dim / P * (M::kBytes / 4) + M::index(head, dim % P));
       m[l] = 4 * merge_m_index(head);
       l_sum[l] = 4 * merge_l_index(head);
     }
@@ -160,17 +166,17 @@ void check_geometry() {
     REQUIRE(conflict_ways(m, 4) == 1);
     REQUIRE(conflict_ways(l_sum, 4) == 1);
   }
-  // Bijection of the merge area, inside the warp tile it reuses.
+  // Bijection of each part's merge area; the parts side by side inside the tile they reuse.
   std::set<int> o_places;
   for (int head = 0; head < 8; ++head)
-    for (int dim = 0; dim < D; ++dim) {
+    for (int dim = 0; dim < P; ++dim) {
       const int x = M::index(head, dim);
       REQUIRE(x >= 0);
       REQUIRE(4 * (x + 1) <= M::kBytes);
       o_places.insert(x);
     }
-  REQUIRE(int(o_places.size()) == 8 * D);
-  REQUIRE(M::kBytes <= G::kTileBytes);
+  REQUIRE(int(o_places.size()) == 8 * P);
+  REQUIRE(G::kParts * M::kBytes <= G::kTileBytes);
 }
 
 }  // namespace
@@ -179,12 +185,14 @@ TEST_CASE("decode shared-memory accesses are bank-conflict-free, E5M2", "[smem_l
   check_geometry<64, 1>();
   check_geometry<128, 1>();
   check_geometry<256, 1>();
+  check_geometry<512, 1>();
 }
 
 TEST_CASE("decode shared-memory accesses are bank-conflict-free, fp16", "[smem_layout]") {
   check_geometry<64, 2>();
   check_geometry<128, 2>();
   check_geometry<256, 2>();
+  check_geometry<512, 2>();
 }
 
 TEST_CASE("softmax reads and writes of S and P are conflict-free", "[smem_layout]") {

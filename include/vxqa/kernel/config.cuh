@@ -232,9 +232,12 @@ struct DecodeConfig {
   static constexpr int kMaxQueryLen = MaxQueryLen;
   static constexpr bool kMultiToken = MaxQueryLen > 1;
   static_assert(MaxQueryLen >= 1 && MaxQueryLen <= 16, "DecodeConfig: opt::MaxQueryLen must be 1..16");
+  static_assert(MaxQueryLen == 1 || HeadDim <= 256,
+                "DecodeConfig: multi-token queries (opt::MaxQueryLen > 1) stop at HeadDim 256 (at 512 a "
+                "tile's warps already share it between the two halves of D)");
 
-  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
-                "DecodeConfig: HeadDim must be 64, 128 or 256");
+  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256 || HeadDim == 512,
+                "DecodeConfig: HeadDim must be 64, 128, 256 or 512");
   static_assert(Warps >= 1 && Warps <= 8, "DecodeConfig: opt::Warps must be 1..8");
   static_assert(PageSize >= 0, "DecodeConfig: opt::PageSize is a page size >= 1, or 0 for run time");
 
@@ -262,10 +265,17 @@ struct DecodeConfig {
   // <= 65535) is the only bound.
   static constexpr int kHeadsPerCta = 8;
 
+  // Warps sharing a tile (Geometry::kParts: 2 at head dim 512, else 1) form a team: both
+  // load half of each K and V tile, run QK over whole rows, and PV over their own part of D.
+  static constexpr int kParts = Geometry::kParts;
+  static_assert(Warps % kParts == 0, "DecodeConfig: at head dim 512 opt::Warps must be even (two warps share a tile)");
+  static constexpr int kTeams = Warps / kParts;
+  static constexpr int kTeamRows = Geometry::kTokens / kParts;  // rows of a tile a warp loads
+
   // A piece (what one register stage holds) is at most 8 KB per warp: 64 registers a lane.
   static constexpr int kPieceTokens =
-      LoadGeometry::kTileBytes <= 8192 ? LoadGeometry::kTokens : 8192 / LoadGeometry::kRowBytes;
-  static constexpr int kPiecesPerTile = LoadGeometry::kTokens / kPieceTokens;
+      kTeamRows * LoadGeometry::kRowBytes <= 8192 ? kTeamRows : 8192 / LoadGeometry::kRowBytes;
+  static constexpr int kPiecesPerTile = kTeamRows / kPieceTokens;  // a warp's, per K (and per V) tile
   static_assert((2 * kPiecesPerTile) % Stages == 0,
                 "DecodeConfig: opt::Sm70Stages must divide the pieces of a K+V tile (2 or 4)");
   static_assert(Stages <= 2 * kPiecesPerTile,
@@ -275,32 +285,37 @@ struct DecodeConfig {
   // CUDA 11.8 on sm_70: 160 fits without spilling (D = 128 fp16, 2 stages: 245 registers),
   // 192 spills (D = 256 with 2 stages: 24 bytes).
   static constexpr int kStagedRegisters =
-      Stages * (kPieceTokens * LoadGeometry::kChunksPerRow / 32) * 4 + HeadDim / 4;
+      Stages * (kPieceTokens * LoadGeometry::kChunksPerRow / 32) * 4 + Geometry::kPartDims / 4;
   static_assert(kStagedRegisters <= 160,
                 "DecodeConfig: the staged pieces and O accumulators need more than 160 "
                 "registers a lane, which spills on SM70; use fewer opt::Sm70Stages");
 
-  // Tokens the SM70 body's CTA consumes per round of its warps (32-token tiles); its plans
+  // Tokens the SM70 body's CTA consumes per round of its teams (32-token tiles); its plans
   // (make_decode_plan's choose_chunk_tokens rule) pick multiples of it.
-  static constexpr int kCtaTokens = Geometry::kTokens * Warps;
+  static constexpr int kCtaTokens = Geometry::kTokens * kTeams;
 
-  // Shared memory: Q tile, then per warp [K/V tile | S | P | alpha].
+  // Shared memory: Q tile, then per team [K/V tile | per warp: S | P | alpha] (a team of one
+  // warp up to head dim 256).
   static constexpr int kQBytes = pipeline::QTileLayout<HeadDim>::kBytes;
   static constexpr int kWarpTileOffset = 0;
   static constexpr int kWarpScoreOffset = Geometry::kTileBytes;
   static constexpr int kWarpProbOffset = kWarpScoreOffset + pipeline::ScoreTileLayout::kBytes;
   static constexpr int kWarpAlphaOffset = kWarpProbOffset + pipeline::ProbTileLayout::kBytes;
-  static constexpr int kWarpBytes = kWarpAlphaOffset + 16 * 4;
-  static constexpr int kSmemBytes = kQBytes + Warps * kWarpBytes;
+  static constexpr int kWarpStateBytes = kWarpAlphaOffset + 16 * 4 - kWarpScoreOffset;  // S, P, alpha
+  static constexpr int kTeamBytes = Geometry::kTileBytes + kParts * kWarpStateBytes;
+  static constexpr int kSmemBytes = kQBytes + kTeams * kTeamBytes;
+  // A warp's area in a team: offsets from the team's base of its S (and P, alpha after it).
+  VXQA_HD static constexpr int warp_state_offset(int part) { return kWarpScoreOffset + part * kWarpStateBytes; }
 
-  // The cross-warp merge reuses each warp's tile for its 8 x D fp32 output rows and its
-  // score area for (m, l).
-  static_assert(pipeline::MergeTileLayout<HeadDim>::kBytes <= Geometry::kTileBytes,
-                "DecodeConfig: the merge's O rows (MergeTileLayout) do not fit in a warp's tile");
+  // The cross-warp merge reuses each team's tile for its warps' 8 x kPartDims fp32 output
+  // rows and each warp's score area for (m, l).
+  static_assert(kParts * pipeline::MergeTileLayout<Geometry::kPartDims>::kBytes <= Geometry::kTileBytes,
+                "DecodeConfig: the merge's O rows (MergeTileLayout) do not fit in a team's tile");
   static_assert(kSmemBytes <= kSm70MaxSmemBytes,
                 "DecodeConfig: shared memory over the 96 KB an SM70 CTA can have; use fewer "
                 "opt::Warps (fp16 tiles with HeadDim 256 take 18 KB a warp)");
-  static_assert(kWarpBytes % 16 == 0 && kQBytes % 16 == 0, "DecodeConfig: areas must stay aligned");
+  static_assert(kTeamBytes % 16 == 0 && kWarpStateBytes % 16 == 0 && kQBytes % 16 == 0,
+                "DecodeConfig: areas must stay aligned");
 
   // The SM80+ path (kAuto where compiled for sm_80 and newer): warp-private rings of
   // kSm80Stages 16-token stages [K tile | V tile], as many stages (2..4) as keep the CTA
@@ -318,7 +333,7 @@ struct DecodeConfig {
                                      : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
                                                                                          : 2;
   // The SM80 body's round (16-token tiles), which its plans pick multiples of.
-  static constexpr int kSm80CtaTokens = Sm80Geometry::kTokens * Warps;
+  static constexpr int kSm80CtaTokens = Sm80Geometry::kTokens * Warps / Sm80Geometry::kParts;
   // What every split-KV chunk must be a multiple of, whichever body runs it: the smaller
   // round. The SM70 body takes a chunk that is not whole rounds of its own as it takes a
   // sequence's short last chunk (its last warps get a tile fewer); the SM80 body's finer

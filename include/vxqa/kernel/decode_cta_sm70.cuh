@@ -5,7 +5,9 @@
 // One CTA = one (split chunk, KV head x M tile, sequence). Its warps take the chunk's
 // 32-token tiles in turn; each warp streams K and V pieces global -> registers -> its own
 // shared-memory tile (so the main loop has no CTA-wide barrier), runs QK, the online
-// softmax and PV on mma.m8n8k4, and the warps merge (m, l, O) once at the end. With one
+// softmax and PV on mma.m8n8k4, and the warps merge (m, l, O) once at the end. At head dim
+// 512 two warps (a team) share each tile: each loads half its rows, both run QK and the
+// softmax on the whole tile, and each runs PV over its own 256 dims of O (Config::kParts). With one
 // chunk the CTA writes O (and LSE) itself; otherwise it writes the chunk's partial and
 // combine_kernel merges the chunks.
 //
@@ -41,14 +43,16 @@ struct DecodeCtaSm70 {
   using Qk = mma::QkConsumer<Geometry>;
   using Pv = mma::PvConsumer<Geometry>;
   using QLayout = pipeline::QTileLayout<Config::kHeadDim>;
-  using MergeLayout = pipeline::MergeTileLayout<Config::kHeadDim>;
+  using MergeLayout = pipeline::MergeTileLayout<Geometry::kPartDims>;
   using Sequence = PagedKvSequence<Config::kPageSize, Config::kElemBytes>;
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kTileTokens = Geometry::kTokens;
   static constexpr int kPieces = Config::kPiecesPerTile;  // per K (and per V) tile
   static constexpr int kStages = Config::kStages;
 
-  using Tiles = WarpTiles<kTileTokens, Config::kWarps>;
+  static constexpr int kParts = Config::kParts;  // warps a team (sharing a tile)
+  static constexpr int kPartDims = Geometry::kPartDims;
+  using Tiles = WarpTiles<kTileTokens, Config::kTeams>;
   using Variant = typename Config::Variant;
   static constexpr bool kMulti = Config::kMultiToken;
 
@@ -62,14 +66,15 @@ struct DecodeCtaSm70 {
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    uint8_t* warp_area = smem + Config::kQBytes + warp * Config::kWarpBytes;
-    auto* tile_storage = reinterpret_cast<typename Publisher::TempStorage*>(warp_area);
-    uint8_t* s_tile = warp_area + Config::kWarpScoreOffset;
-    uint8_t* p_tile = warp_area + Config::kWarpProbOffset;
-    float* alpha = reinterpret_cast<float*>(warp_area + Config::kWarpAlphaOffset);
+    const int team = warp / kParts, part = warp % kParts;
+    uint8_t* team_area = smem + Config::kQBytes + team * Config::kTeamBytes;
+    auto* tile_storage = reinterpret_cast<typename Publisher::TempStorage*>(team_area);
+    uint8_t* s_tile = team_area + Config::warp_state_offset(part);
+    uint8_t* p_tile = s_tile + (Config::kWarpProbOffset - Config::kWarpScoreOffset);
+    float* alpha = reinterpret_cast<float*>(s_tile + (Config::kWarpAlphaOffset - Config::kWarpScoreOffset));
 
     // Its tiles start at any token (every lane loads its own row): at the window's first key.
-    const Tiles tiles(Variant::kWindow ? max(work.begin, work.first) : work.begin, work.end, warp);
+    const Tiles tiles(Variant::kWindow ? max(work.begin, work.first) : work.begin, work.end, team);
 
     const PagedKvView<Config::kPageSize, Config::kElemBytes> view(a.kv, cta_page_size<Config::kPageSize>(a));
     const Sequence seq = view.sequence(seq_index, kv_head);
@@ -87,7 +92,7 @@ struct DecodeCtaSm70 {
 
     bool bad_page = false;
     if (tiles.count > 0) {
-      Publisher publisher(*tile_storage);
+      Publisher publisher(*tile_storage, 1 + team);  // barrier 0 is __syncthreads'
       Piece staged[kStages];
       int64_t offset_this = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, 0, a.num_pages, bad_page);
       int64_t offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, 1, a.num_pages, bad_page);
@@ -102,9 +107,9 @@ struct DecodeCtaSm70 {
           if (k == 0 || k == kPieces) publisher.wait_readers();
           Piece& piece = staged[k % kStages];
           if (k < kPieces) {
-            publisher.store_k(piece, k * Config::kPieceTokens);
+            publisher.store_k(piece, piece_row(k));
           } else {
-            publisher.store_v(piece, (k - kPieces) * Config::kPieceTokens);
+            publisher.store_v(piece, piece_row(k - kPieces));
           }
           const int ahead = k + kStages;  // stream position of the refill
           if (ahead < 2 * kPieces) {
@@ -125,20 +130,20 @@ struct DecodeCtaSm70 {
         }
         publisher.publish();
         rescale(o, alpha);
-        Pv::run(p_tile, publisher.tile, o);
+        Pv::run(p_tile, publisher.tile, o, part);
         offset_this = offset_next;
         offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j + 2, a.num_pages, bad_page);
       }
     }
 
     arch::launch_dependents();  // the combine may start launching: it waits for our partials
-    // Every warp is done with its tile: reuse it for the merge.
+    // Every warp is done with its tile: reuse it for the merge (a team's warps: a part each).
     const bool cta_bad_page = __syncthreads_or(bad_page);
     // With several chunks the chunk's error words carry it too (store_head_stats), so
     // this OR may land before or after the kernel zeroes the word. (Also testing the chunk
     // count here made ptxas 11.8 spill in a D = 128 Config.)
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
-    float* merge_o = reinterpret_cast<float*>(warp_area);
+    float* merge_o = reinterpret_cast<float*>(team_area) + part * (MergeLayout::kBytes / 4);
     float* merge_ml = reinterpret_cast<float*>(s_tile);
 #pragma unroll
     for (int n = 0; n < Pv::kNBlocks; ++n)
@@ -168,7 +173,12 @@ struct DecodeCtaSm70 {
                                      int k, int j, int64_t lane_row_offset) {
     // Row offsets are from the cache bases (the KV head's offset included).
     const uint8_t* base = static_cast<const uint8_t*>(k < kPieces ? a.kv.k : a.kv.v);
-    piece.load(base, lane_row_offset, (k % kPieces) * Config::kPieceTokens, tiles.valid_rows(j));
+    piece.load(base, lane_row_offset, piece_row(k % kPieces), tiles.valid_rows(j));
+  }
+
+  // The first tile row of a warp's K (or V) piece k: a team's warps load a half each.
+  VXQA_DEVICE static int piece_row(int k) {
+    return (threadIdx.x >> 5) % kParts * Config::kTeamRows + k * Config::kPieceTokens;
   }
 
   VXQA_DEVICE static void load_q(const DecodeKernelArgs& a, const CtaWork& work, uint8_t* q_tile) {
@@ -218,19 +228,22 @@ struct DecodeCtaSm70 {
       for (int i = 0; i < 8; ++i) o[n][i] *= (i & 2) ? a1 : a0;
   }
 
-  // Merges the warps' (m, l, O) and writes O and LSE (one chunk) or the chunk's partial.
-  // With one chunk a head's sink joins its (m, l) here; with several, in the combine.
+  // Merges the teams' (m, l, O) and writes O and LSE (one chunk) or the chunk's partial.
+  // With one chunk a head's sink joins its (m, l) here; with several, in the combine. A
+  // team's warps hold the same (m, l), and O of their own parts of D.
   VXQA_DEVICE static void merge_and_write(const DecodeKernelArgs& a, const uint8_t* smem, const CtaWork& work,
                                           bool bad_page) {
     for (int i = threadIdx.x; i < work.heads * kD; i += Config::kThreads) {
       const int head = i / kD, dim = i % kD;
+      const int part = kParts == 1 ? 0 : dim / kPartDims, part_dim = kParts == 1 ? dim : dim % kPartDims;
       float m = negative_infinity();
-      for (int w = 0; w < Config::kWarps; ++w) m = softmax::max_keep_nan(m, warp_ml(smem, w)[head]);
+      for (int t = 0; t < Config::kTeams; ++t) m = softmax::max_keep_nan(m, warp_ml(smem, t, part)[head]);
       float l = 0.f, o = 0.f;
-      for (int w = 0; w < Config::kWarps; ++w) {
-        const float weight = softmax::rescale_factor(warp_ml(smem, w)[head], m);
-        l += warp_ml(smem, w)[8 + head] * weight;
-        o += warp_o(smem, w)[MergeLayout::index(head, dim)] * weight;
+      for (int t = 0; t < Config::kTeams; ++t) {
+        const float* ml = warp_ml(smem, t, part);
+        const float weight = softmax::rescale_factor(ml[head], m);
+        l += ml[8 + head] * weight;
+        o += warp_o(smem, t, part)[MergeLayout::index(head, part_dim)] * weight;
       }
       const QueryRow row = query_row<kMulti, Variant>(a, work, head);
       bool sink_folded = false;
@@ -245,12 +258,14 @@ struct DecodeCtaSm70 {
     }
   }
 
-  VXQA_DEVICE static const float* warp_o(const uint8_t* smem, int w) {
-    return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes);
+  // The merge's O rows and (m, l) of the warp of team t that owns `part`.
+  VXQA_DEVICE static const float* warp_o(const uint8_t* smem, int t, int part) {
+    return reinterpret_cast<const float*>(smem + Config::kQBytes + t * Config::kTeamBytes) +
+           part * (MergeLayout::kBytes / 4);
   }
-  VXQA_DEVICE static const float* warp_ml(const uint8_t* smem, int w) {
-    return reinterpret_cast<const float*>(smem + Config::kQBytes + w * Config::kWarpBytes +
-                                          Config::kWarpScoreOffset);
+  VXQA_DEVICE static const float* warp_ml(const uint8_t* smem, int t, int part) {
+    return reinterpret_cast<const float*>(smem + Config::kQBytes + t * Config::kTeamBytes +
+                                          Config::warp_state_offset(part));
   }
 };
 #endif

@@ -14,6 +14,9 @@
 // its own ring when j % row_warps is its row tile, and all of them consume every tile of the
 // stream, after a barrier of the stream's warps (arch::named_barrier_sync) a tile. So the KV
 // is read once for all the CTA's rows, and the streams merge per row tile at the end.
+//
+// Head dim 512 (Geometry::kParts = 2) shares tiles the same way: a stream is two warps over
+// the same 8 rows, both running QK on every tile, each PV over its own 256 dims of O.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/cp_async.cuh>
@@ -48,18 +51,24 @@ struct DecodeCtaSm80 {
   using Variant = typename Config::Variant;
   static constexpr bool kMulti = Config::kMultiToken;
 
-  // Where a warp stands: its 8-row tile, its stream of tiles, and the streams' count (one
-  // query token: every warp a stream of its own over the same 8 rows).
+  static constexpr int kParts = Geometry::kParts;
+  static constexpr bool kShared = kMulti || kParts > 1;  // a stream's warps share its tiles
+  static_assert(!(kMulti && kParts > 1), "DecodeCtaSm80: multi-token queries stop at head dim 256");
+
+  // Where a warp stands: its 8-row tile, its part of D, its stream of tiles and the streams'
+  // count, and the stream's warps (sharers) with its place among them (one query token up
+  // to D 256: every warp a stream of its own over the same 8 rows).
   struct WarpRole {
-    int row_warps, row_tile, stream, streams;
+    int row_warps, row_tile, part, stream, streams, sharers, sharer;
   };
   VXQA_DEVICE static WarpRole warp_role(const DecodeKernelArgs& a) {
     const int warp = threadIdx.x >> 5;
     if constexpr (kMulti) {
       const int row_warps = a.row_warps;
-      return WarpRole{row_warps, warp % row_warps, warp / row_warps, Config::kWarps / row_warps};
+      return WarpRole{row_warps, warp % row_warps, 0, warp / row_warps, Config::kWarps / row_warps, row_warps,
+                      warp % row_warps};
     } else {
-      return WarpRole{1, 0, warp, Config::kWarps};
+      return WarpRole{1, 0, warp % kParts, warp / kParts, Config::kWarps / kParts, kParts, warp % kParts};
     }
   }
 
@@ -114,8 +123,8 @@ struct DecodeCtaSm80 {
     if (tiles.count > 0) {
       // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
       // lies in one page: one block-table id a tile, and strided copies.
-      if constexpr (kMulti) {
-        uint8_t* stream_area = smem + role.stream * role.row_warps * Config::kSm80WarpBytes;
+      if constexpr (kShared) {
+        uint8_t* stream_area = smem + role.stream * role.sharers * Config::kSm80WarpBytes;
         if constexpr (Config::kPageSize != 0) {
           shared_stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, role, rows, tiles, seq, qf, stream_area,
                                                                     st, o, bad_page);
@@ -225,24 +234,24 @@ struct DecodeCtaSm80 {
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[e] = Variant::score(scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
-      softmax_and_pv(s, stage(use) + kVTileOffset, st, o);
+      softmax_and_pv(s, stage(use) + kVTileOffset, st, o, 0);
       use = next(use);
       fill = next(fill);
     }
   }
 
-  // kMulti: the stream's tiles, shared by its row_warps warps. Warp u of the stream (its row
-  // tile) copies tiles j = u, u + R, ... (R = row_warps) through its own ring of kStages
-  // stages, tile j + (kStages - 1) R while tile j is consumed; every warp consumes every tile
-  // after the stream's barrier. A stage is refilled R tiles after it was consumed, so that
-  // barrier also tells its copier that every warp is done with it.
+  // kShared: the stream's tiles, shared by its R warps (R = sharers: kMulti's row warps, or
+  // the parts of D 512). Warp u of the stream copies tiles j = u, u + R, ... through its own
+  // ring of kStages stages, tile j + (kStages - 1) R while tile j is consumed; every warp
+  // consumes every tile after the stream's barrier. A stage is refilled R tiles after it was
+  // consumed, so that barrier also tells its copier that every warp is done with it.
   template <bool kOnePage>
   VXQA_DEVICE static void shared_stream(const DecodeKernelArgs& a, const CtaWork& work, const WarpRole& role,
                                         const LaneRowLimits& rows, const Tiles& tiles, const Sequence& seq,
                                         const typename Qk::QFragments& qf, uint8_t* stream_area,
                                         softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page) {
     const int lane = threadIdx.x & 31;
-    const int copier = role.row_tile, row_warps = role.row_warps;
+    const int copier = role.sharer, row_warps = role.sharers;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
     const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
     auto stage = [&](int u, int k) {  // stage of the k-th tile warp u copies
@@ -298,16 +307,20 @@ struct DecodeCtaSm80 {
       for (int e = 0; e < 4; ++e) {
         const int token = row0 + (e >> 1) * 8;
         typename Variant::Scores row_scores = base;  // the row's limits, unpacked where used
-        if constexpr (Variant::kWindow) row_scores.first = rows.first(work, e & 1);
-        s[e] = Variant::score(row_scores, s[e], token < rows.end(work, e & 1), token);
+        if constexpr (kMulti) {
+          if constexpr (Variant::kWindow) row_scores.first = rows.first(work, e & 1);
+          s[e] = Variant::score(row_scores, s[e], token < rows.end(work, e & 1), token);
+        } else {
+          s[e] = Variant::score(row_scores, s[e], token < work.end, token);
+        }
       }
-      softmax_and_pv(s, tile + kVTileOffset, st, o);
+      softmax_and_pv(s, tile + kVTileOffset, st, o, role.part);
     }
   }
 
   // One tile's masked base-2 scores into the running softmax, then P·V into O (both loops).
   VXQA_DEVICE static void softmax_and_pv(const float (&s)[4], const uint8_t* v_tile, softmax::HeadPairState& st,
-                                         float (&o)[kMTiles][4]) {
+                                         float (&o)[kMTiles][4], int part) {
     uint32_t p[2];
     float alpha[2];
     softmax::register_softmax_step<Geometry::kMmaIn>(st, s, p, alpha);
@@ -318,7 +331,7 @@ struct DecodeCtaSm80 {
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
     }
-    Pv::run(v_tile, p, o);
+    Pv::run(v_tile, p, o, part);
   }
 
   // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole
@@ -332,7 +345,8 @@ struct DecodeCtaSm80 {
     const WarpRole role = warp_role(a);  // worked out again: not a register held through the loop
     static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
     const int lane = threadIdx.x & 31;
-    // This warp merges the streams' warps of its row tile: warps row_tile + s · row_warps.
+    // This warp merges the streams' warps of its row tile: warps s · sharers + row_tile (the
+    // parts of D 512 hold the same (m, l): part 0's are read).
     const int head0 = role.row_tile * 8 + Pv::head_of(lane, 0);  // element e holds row head0 + (e & 1)
     if (head0 >= work.heads) return;
     const int merged0 = role.row_tile;
@@ -341,8 +355,8 @@ struct DecodeCtaSm80 {
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       if (w >= role.streams) break;
-      warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, merged0 + w * role.row_warps) + Pv::head_of(lane, 0));
-      warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, merged0 + w * role.row_warps) + 8 + Pv::head_of(lane, 0));
+      warp_m[w] = *reinterpret_cast<const float2*>(warp_ml(smem, merged0 + w * role.sharers) + Pv::head_of(lane, 0));
+      warp_l[w] = *reinterpret_cast<const float2*>(warp_ml(smem, merged0 + w * role.sharers) + 8 + Pv::head_of(lane, 0));
       mx[0] = softmax::max_keep_nan(mx[0], warp_m[w].x);
       mx[1] = softmax::max_keep_nan(mx[1], warp_m[w].y);
     }
@@ -376,7 +390,7 @@ struct DecodeCtaSm80 {
     }
     const Row row0(a, work, q0, l[0], __fdividef(out_scale * fold[0], l[0]), bad_page);
     const Row row1(a, work, q1, l[1], __fdividef(out_scale * fold[1], l[1]), bad_page);
-    if (role.stream == 0 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
+    if (role.stream == 0 && role.part == 0 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
       store_head_stats(a, work, q0, mx[0], l[0], bad_page, sink_folded);
       if (second) store_head_stats(a, work, q1, mx[1], l[1], bad_page, sink_folded);
     }
@@ -390,6 +404,7 @@ struct DecodeCtaSm80 {
   // The thread's fragments (lane `threadIdx.x % 32`, m-tiles stream + j · streams), each the
   // weighted sum of its row tile's warps' and written as two pairs of neighbouring dims, one
   // a head (elements e and e + 2 are dims d and d + 1 of head e: Sm80PvConsumer::dim_of).
+  // At D 512 the m-tiles of both parts are counted together: m-tile m is part m / kMTiles's.
   template <bool kSplit>
   VXQA_DEVICE static void write_fragments(const uint8_t* smem, const WarpRole& role,
                                           const float (&weight)[Config::kWarps][2], const Row& row0, const Row& row1,
@@ -398,17 +413,20 @@ struct DecodeCtaSm80 {
     // One query token: m-tile (threadIdx.x + j · threads) / 32, as before multi-token
     // queries (warp + j · W written from the warp role made ptxas 11.8 spill 4 bytes in
     // the window Config at D 256 for sm_90).
+    constexpr int kAllMTiles = kMTiles * kParts;
     const int count = kMulti ? (kMTiles + role.streams - 1) / role.streams
-                             : (kMTiles * 32 + Config::kThreads - 1) / Config::kThreads;
+                             : (kAllMTiles * 32 + Config::kThreads - 1) / Config::kThreads;
 #pragma unroll 1
     for (int j = 0; j < count; ++j) {
-      const int m = kMulti ? role.stream + j * role.streams : int(threadIdx.x + j * Config::kThreads) / 32;
-      if (m >= kMTiles) break;
+      const int m_all = kMulti ? role.stream + j * role.streams : int(threadIdx.x + j * Config::kThreads) / 32;
+      if (m_all >= kAllMTiles) break;
+      const int part_of_m = m_all / kMTiles, m = m_all % kMTiles;
+      const int sharer = kMulti ? role.row_tile : part_of_m;  // the stream's warp that holds it
       float4 part[Config::kWarps];
 #pragma unroll
       for (int w = 0; w < Config::kWarps; ++w) {
         if (w >= role.streams) break;
-        part[w] = *reinterpret_cast<const float4*>(warp_o(smem, role.row_tile + w * role.row_warps) + (m * 32 + lane) * 4);
+        part[w] = *reinterpret_cast<const float4*>(warp_o(smem, sharer + w * role.sharers) + (m * 32 + lane) * 4);
       }
       float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -419,7 +437,7 @@ struct DecodeCtaSm80 {
         o.z += part[w].z * weight[w][0];
         o.w += part[w].w * weight[w][1];
       }
-      const int dim = Pv::dim_of(lane, m, 0);
+      const int dim = part_of_m * Pv::kPartDims + Pv::dim_of(lane, m, 0);
       row0.template store_pair<kSplit>(dim, o.x, o.z);
       if (second) row1.template store_pair<kSplit>(dim, o.y, o.w);
     }

@@ -1,10 +1,12 @@
 // vxqa/mma/pv_consumer.cuh — O += P · V for one warp tile on mma.m8n8k4 (f16 in, f32 acc).
 //
-// M = 8 heads, K = the tile's 32 tokens (8 k-steps of 4), N = head dims. Quad pair q owns
-// dims [q*D/4, (q+1)*D/4); within it the lower 16 lanes hold n-block columns 0..3 and the
-// upper 16 columns 4..7, and n-block j covers dims 4j..4j+3 of each half. So a lane's
-// B fragments for all its n-blocks are one contiguous span of D/8 dims of one token: 1–4
-// LDS.128 (or one LDS.64) feed D/32 MMAs. P comes from shared memory in the A layout.
+// M = 8 heads, K = the tile's 32 tokens (8 k-steps of 4), N = the head dims of the warp's
+// part (all of D up to 256; D 512: one of two parts of 256, the other warp sharing the tile
+// takes the other). With P = kPartDims, quad pair q owns dims [q*P/4, (q+1)*P/4) of the part;
+// within it the lower 16 lanes hold n-block columns 0..3 and the upper 16 columns 4..7, and
+// n-block j covers dims 4j..4j+3 of each half. So a lane's B fragments for all its n-blocks
+// are one contiguous span of P/8 dims of one token: 1–4 LDS.128 (or one LDS.64) feed P/32
+// MMAs. P comes from shared memory in the A layout.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/mma_m8n8k4.cuh>
@@ -19,25 +21,26 @@ namespace mma {
 template <class Geometry>
 struct PvConsumer {
   using VLayout = pipeline::VTileLayout<Geometry>;
-  static constexpr int kHeadDim = Geometry::kHeadDimV;
-  static constexpr int kNBlocks = kHeadDim / 32;  // n-blocks per quad pair
+  static constexpr int kPartDims = Geometry::kPartDims;  // the head dims of one warp's O
+  static constexpr int kNBlocks = kPartDims / 32;         // n-blocks per quad pair
   using Decode = typename Geometry::Decode;
 
-  // Output dim of accumulator element i of n-block `nblock` on `lane`.
+  // Output dim, within the part, of accumulator element i of n-block `nblock` on `lane`.
   VXQA_HD static int c_dim(int lane, int nblock, int i) {
     const int col = c_col(lane, i);
-    return quad_pair(lane) * (kHeadDim / 4) + ((col & 4) ? kHeadDim / 8 : 0) + nblock * 4 +
+    return quad_pair(lane) * (kPartDims / 4) + ((col & 4) ? kPartDims / 8 : 0) + nblock * 4 +
            (col & 3);
   }
-  // Span (of D/8 dims) this lane reads of a token row.
+  // Span (of kPartDims/8 dims) this lane reads of its part of a token row.
   VXQA_HD static int span(int lane) { return 2 * quad_pair(lane) + (lane >= 16 ? 1 : 0); }
 
 #if VXQA_IS_CUDA_COMPILER
-  // o[n][i]: accumulators of n-block n. p_tile: fp16 P (ProbTileLayout), v_tile: the V tile.
+  // o[n][i]: accumulators of n-block n. p_tile: fp16 P (ProbTileLayout), v_tile: the V tile;
+  // `part`: which kPartDims of the rows (0 but at D 512).
   VXQA_DEVICE static void run(const uint8_t* p_tile, const uint8_t* v_tile,
-                              float (&o)[kNBlocks][8]) {
+                              float (&o)[kNBlocks][8], int part = 0) {
     const int lane = threadIdx.x & 31;
-    const int span_byte = span(lane) * Geometry::kSpanBytes;
+    const int span_byte = part * Geometry::kPartBytes + span(lane) * Geometry::kSpanBytes;
     const uint8_t* p_row = p_tile + pipeline::ProbTileLayout::offset(a_row(lane), 0);
 #pragma unroll
     for (int step = 0; step < 8; ++step) {

@@ -25,8 +25,8 @@ namespace mma {
 // A K (or V) tile of 16 token rows as the SM80 consumers see it.
 template <int kHeadDim, KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
 struct Sm80TileGeometry {
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "Sm80TileGeometry: head dim must be 64, 128 or 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256 || kHeadDim == 512,
+                "Sm80TileGeometry: head dim must be 64, 128, 256 or 512");
   static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16 || kKv == KvType::kBf16,
                 "Sm80TileGeometry: KV elements are E5M2, E4M3, fp16 or bf16");
   static constexpr int kHeadDimV = kHeadDim;
@@ -39,6 +39,11 @@ struct Sm80TileGeometry {
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kDimsPerChunk = 16 / kElemBytes;
+  // PV: head dim 512 is cut into parts of 256 dims, each a warp's O (its accumulators stay
+  // at 64 a lane); the warps sharing a tile both run QK over whole rows.
+  static constexpr int kParts = kHeadDim > 256 ? kHeadDim / 256 : 1;
+  static constexpr int kPartDims = kHeadDim / kParts;
+  static constexpr int kPartBytes = kRowBytes / kParts;
 };
 
 // K tile: rows of D·E bytes, 16-byte chunks XOR-swizzled by the row's parity. A quarter warp

@@ -26,8 +26,10 @@ struct CpAsyncTileLoad {
   static_assert(kChunks % 32 == 0, "CpAsyncTileLoad: a tile must give every lane whole chunks");
   static constexpr int kChunksPerLane = kChunks / 32;
 
-  static_assert(32 % Geometry::kChunksPerRow == 0, "CpAsyncTileLoad: a row must take a whole fraction of a warp");
-  static constexpr int kRowsPerCopy = 32 / Geometry::kChunksPerRow;  // rows one copy instruction covers
+  static_assert(32 % Geometry::kChunksPerRow == 0 || Geometry::kChunksPerRow % 32 == 0,
+                "CpAsyncTileLoad: a row must take a whole fraction of a warp, or whole warps");
+  // Rows one copy instruction covers; 0 where a row takes more than one (16-bit rows of 512).
+  static constexpr int kRowsPerCopy = Geometry::kChunksPerRow <= 32 ? 32 / Geometry::kChunksPerRow : 0;
 
   // Lane l's i-th copy: consecutive lanes take consecutive chunks of a row.
   VXQA_HD static int row_of(int i, int lane) { return (i * 32 + lane) / Geometry::kChunksPerRow; }
@@ -62,6 +64,17 @@ struct CpAsyncTileLoad {
                                          int valid_rows, uint8_t* k_tile, uint8_t* v_tile, int first_row = 0) {
     constexpr int R = kRowsPerCopy;
     const int lane = threadIdx.x & 31;
+    if constexpr (R == 0) {  // rows of more than 32 chunks: each copy's row and chunk as issue() has them
+#pragma unroll
+      for (int i = 0; i < kChunksPerLane; ++i) {
+        const int row = row_of(i, lane), chunk = chunk_of(i, lane);
+        const bool read = row < valid_rows && (!kSkipsRows || row >= first_row);
+        const int64_t src = row * row_bytes + 16 * chunk;
+        arch::cp_async_16_or_zero(k_tile + KLayout::chunk_offset(row, chunk), k_row0 + src, read);
+        arch::cp_async_16_or_zero(v_tile + VLayout::offset(row, 16 * chunk), v_row0 + src, read);
+      }
+      return;
+    }
     const int r0 = row_of(0, lane), chunk = chunk_of(0, lane);
     const int64_t lane_offset = r0 * row_bytes + 16 * chunk, step = R * row_bytes;
     const uint8_t* k = k_row0 + lane_offset;

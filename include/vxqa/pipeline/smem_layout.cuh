@@ -7,6 +7,11 @@
 // all of D; a lane reads 16-byte chunks of one token row. PV: quad pair q owns dims
 // [q*D/4, (q+1)*D/4); the lower/upper 16 lanes take the first/second half of that, so a lane
 // reads one contiguous span of D/8 dims of one token per k-step.
+//
+// Head dim 512 is cut into parts of 256 dims (kParts = 2): a tile is then shared by two
+// warps, which both run QK over the whole rows and each runs PV over its own part, so a
+// warp's O stays at 256 dims (64 registers a lane, as at D 256). Within a row each part is
+// laid out as a 256-dim row would be, so every PV read stays conflict-free.
 #pragma once
 #include <vxqa/common.cuh>
 #include <vxqa/numeric/kv_decode.cuh>
@@ -17,8 +22,8 @@ namespace pipeline {
 
 template <int kHeadDim, KvType kKv, E4m3Decode kE4m3 = E4m3Decode::kAuto>
 struct WarpTileGeometry {
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "WarpTileGeometry: head dim must be 64, 128 or 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256 || kHeadDim == 512,
+                "WarpTileGeometry: head dim must be 64, 128, 256 or 512");
   static_assert(kKv == KvType::kE5M2 || kKv == KvType::kE4M3 || kKv == KvType::kFp16,
                 "WarpTileGeometry: KV elements are E5M2, E4M3 or fp16");
   static constexpr int kHeadDimV = kHeadDim;
@@ -29,7 +34,11 @@ struct WarpTileGeometry {
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kTileBytes = kTokens * kRowBytes;
-  static constexpr int kSpanDims = kHeadDim / 8;  // PV: dims a lane reads of one token
+  // PV: the warps sharing a tile, each owning kPartDims of the head dims (its O).
+  static constexpr int kParts = kHeadDim > 256 ? kHeadDim / 256 : 1;
+  static constexpr int kPartDims = kHeadDim / kParts;
+  static constexpr int kPartBytes = kRowBytes / kParts;
+  static constexpr int kSpanDims = kPartDims / 8;  // PV: dims a lane reads of one token
   static constexpr int kSpanBytes = kSpanDims * kElemBytes;
   static constexpr int kDimsPerChunk = 16 / kElemBytes;
 };
@@ -55,8 +64,9 @@ struct KTileLayout {
 };
 
 // V tile, read by the PV consumer: in a k-step, lane reads token 4s + lane%4, span
-// p = 2*quad_pair + (lane >= 16) of D/8 dims. Spans of 16 bytes or more are read as
-// 16-byte chunks and swizzled per chunk; 8-byte spans (FP8, D = 64) per 8-byte slot.
+// p = 2*quad_pair + (lane >= 16) of kPartDims/8 dims of its part. Spans of 16 bytes or more
+// are read as 16-byte chunks and swizzled per chunk; 8-byte spans (FP8, D = 64) per 8-byte
+// slot. Each part of a row (D 512: two) is swizzled on its own, as a row of kPartDims.
 template <class Geometry>
 struct VTileLayout {
   static constexpr int kSpanBytes = Geometry::kSpanBytes;
@@ -76,8 +86,13 @@ struct VTileLayout {
   }
   // Byte offset of the logical granule that starts at byte `byte` of row `token`.
   VXQA_HD static int granule_offset(int token, int byte) {
+    int row = token * Geometry::kRowBytes;
+    if constexpr (Geometry::kParts > 1) {  // the part's own span of the row
+      row += byte / Geometry::kPartBytes * Geometry::kPartBytes;
+      byte %= Geometry::kPartBytes;
+    }
     const int g = byte / kGranule;
-    return token * Geometry::kRowBytes + kGranule * (g ^ key(token, g));
+    return row + kGranule * (g ^ key(token, g));
   }
 };
 
@@ -116,7 +131,7 @@ struct ProbTileLayout {
 template <int kHeadDim>
 struct MergeTileLayout {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "MergeTileLayout: head dim must be 64, 128 or 256");
+                "MergeTileLayout: a warp's O is 64, 128 or 256 dims (D 512: one part)");
   static constexpr int kBytes = 8 * kHeadDim * 4;
   // At D = 64 the quad pair's low bit is dim bit 4, which the key also flips; each flipped
   // bit still depends only on the head or on higher dim bits, so the map is one-to-one.

@@ -1,11 +1,14 @@
 // vxqa/pipeline/smem_publisher.cuh — stores a register piece into the warp's shared-memory
 // tile in the layout its consumer reads, then publishes it to the warp with __syncwarp.
-// The warp owns its tile, so no CTA-wide barrier is needed in the main loop.
+// The warp owns its tile, so no CTA-wide barrier is needed in the main loop. Where a tile
+// is shared by Geometry::kParts warps (head dim 512), each stores its share of the rows and
+// they publish to one another with a named barrier of their own.
 //
 // Where FP8 becomes fp16 is a policy (ConvertAt): kConsume stores the bytes as loaded and
 // the consumers convert while reading (half the shared memory and store traffic);
 // kPublish converts here, once per element, and the consumers read fp16 tiles.
 #pragma once
+#include <vxqa/arch/named_barrier.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/numeric/kv_type.cuh>
@@ -34,12 +37,15 @@ struct SmemPublisher {
     alignas(16) uint8_t bytes[Geometry::kTileBytes];
   };
 
+  static constexpr int kSharers = Geometry::kParts;  // warps reading (and storing) the tile
   uint8_t* tile;
-  VXQA_DEVICE explicit SmemPublisher(TempStorage& storage) : tile(storage.bytes) {}
+  int barrier;  // the sharing warps' named barrier (1..15), where kSharers > 1
+  VXQA_DEVICE explicit SmemPublisher(TempStorage& storage, int barrier_id = 0)
+      : tile(storage.bytes), barrier(barrier_id) {}
 
   // Every lane must be done reading the previous tile before it is overwritten.
-  VXQA_DEVICE void wait_readers() const { __syncwarp(); }
-  VXQA_DEVICE void publish() const { __syncwarp(); }
+  VXQA_DEVICE void wait_readers() const { sync(); }
+  VXQA_DEVICE void publish() const { sync(); }
 
   template <int kPieceTokens>
   VXQA_DEVICE void store_k(const RegisterPiece<LoadGeometry, kPieceTokens>& piece, int first_row) {
@@ -81,6 +87,13 @@ struct SmemPublisher {
   }
 
  private:
+  VXQA_DEVICE void sync() const {
+    if constexpr (kSharers == 1) {
+      __syncwarp();
+    } else {
+      arch::named_barrier_sync(barrier, 32 * kSharers);
+    }
+  }
   VXQA_DEVICE static void store16(uint8_t* dst, const arch::Bytes16& c) {
     *reinterpret_cast<uint4*>(dst) = make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]);
   }
