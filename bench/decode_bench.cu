@@ -17,7 +17,8 @@
 // --breakdown replays, for a few shapes, graphs of parts of a step (the decode kernel alone,
 // with the error word's reset, with the combine, an empty kernel) to place the fixed costs;
 // --formats times an E4M3 cache (the hardware cvt, and the software decode an A100 or V100
-// runs) against E5M2 on the same shapes, and fp16 against bf16 caches (twice the bytes);
+// runs) against E5M2 on the same shapes, fp16 against bf16 caches (twice the bytes), and
+// head dim 512 against 256 over the same bytes;
 // --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
 // against G 6 over the same KV;
 // --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
@@ -491,6 +492,13 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>>(d128, stream, sms, l2, copy, 0, "E4M3"));
     results.push_back(run_shape<vxqa::DecodeConfig<128, vxqa::KvType::kE4M3, vxqa::opt::E4m3Path<vxqa::E4m3Decode::kSoftware>>>(
         d128, stream, sms, l2, copy, 0, "E4M3, software decode"));
+    // Head dim 512 (two warps share each tile) against 256 over the same bytes: B16 x 8K
+    // against B16 x 16K, G 8, one KV head, page 16.
+    static const Shape d512{"D512 G8 B16 x 8K, page 16", 16, 8192, 16, 8, 1, false};
+    static const Shape d256_same_bytes{"D256 G8 B16 x 16K, page 16", 16, 16384, 16, 8, 1, false};
+    results.push_back(run_shape<E5m2>(d256_same_bytes, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>>(d512, stream, sms, l2, copy, 0, "E5M2"));
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE4M3>>(d512, stream, sms, l2, copy, 0, "E4M3"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     for (int i : {0, 3}) {
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));

@@ -53,6 +53,7 @@ void for_every_config(F f) {
   for_each_config(D64Configs{}, f);
   for_each_config(D128Configs{}, f);
   for_each_config(D256Configs{}, f);
+  for_each_config(D512Configs{}, f);
 }
 
 // The coverage items of a case's masked tail under every Config that takes it: "masked chunk,

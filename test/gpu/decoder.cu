@@ -13,6 +13,7 @@ using List = vxqa::ConfigList<vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::
                               vxqa::DecodeConfig<64, vxqa::KvType::kE5M2>,
                               vxqa::DecodeConfig<128, vxqa::KvType::kFp16, vxqa::opt::Warps<2>>,
                               vxqa::DecodeConfig<128, vxqa::KvType::kE4M3>,
+                              vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>,
                               vxqa::DecodeConfig<64, vxqa::KvType::kE5M2, vxqa::opt::QoType<vxqa::ActType::kBf16>>>;
 
 vxqa::DecoderShape shape_of(const vxqa::reference::RandomProblem& p, int max_context) {
@@ -69,6 +70,7 @@ TEST_CASE("Decoder picks the Config that fits and decodes like it", "[decoder]")
                         {64, 7, vxqa::reference::KvFormat::kE5M2, false, "D64 e5m2 fp16 W4 page*"},
                         {128, 32, vxqa::reference::KvFormat::kFp16, false, "D128 fp16 fp16 W2 page*"},
                         {128, 16, vxqa::reference::KvFormat::kE4M3, false, "D128 e4m3 fp16 W4 page*"},
+                        {512, 16, vxqa::reference::KvFormat::kE5M2, false, "D512 e5m2 fp16 W4 page*"},
                         {64, 16, vxqa::reference::KvFormat::kE5M2, true, "D64 e5m2 bf16 W4 page*"}};
   uint64_t seed = 1200;
   for (const Want& w : cases) {

@@ -622,8 +622,9 @@ inline IoLayout draw_io(CaseRng& r, const SweepCase& c) {
 
 }  // namespace detail
 
-// The multi-token stream's salt (draw_case).
+// The multi-token stream's salt, and the head-dim-512 stream's (draw_case).
 inline constexpr uint32_t kMultiTokenSalt = 0x51E7u;
+inline constexpr uint32_t kHeadDim512Salt = 0xD512u;
 
 // Same seed, same case.
 inline SweepCase draw_case(uint64_t seed) {
@@ -631,6 +632,7 @@ inline SweepCase draw_case(uint64_t seed) {
   // Whether the step has multi-token queries, and their shape, come from a stream of their
   // own: a single-token case is the case it was before the sweep drew them.
   detail::CaseRng m(seed, kMultiTokenSalt);
+  detail::CaseRng wide(seed, kHeadDim512Salt);
   SweepCase c;
   c.seed = seed;
   const int cls = r.below(100);
@@ -654,6 +656,9 @@ inline SweepCase draw_case(uint64_t seed) {
   // E5M2 7/12 (its Configs are the most), E4M3 2/12, fp16 3/12.
   const int format_draw = r.below(12);
   o.format = format_draw < 7 ? KvFormat::kE5M2 : format_draw < 9 ? KvFormat::kE4M3 : KvFormat::kFp16;
+  // Head dim 512 (two warps a K/V tile): 35 % of the single-token D 256 cases, from a stream
+  // of its own (the other cases are what they were).
+  if (!multi && o.head_dim == 256 && wide.chance(35)) o.head_dim = 512;
   if (multi) {
     o.head_dim = m.chance(50) ? 128 : m.chance(50) ? 64 : 256;
     o.format = multi_token_format(o.head_dim);
@@ -689,6 +694,7 @@ inline SweepCase draw_case(uint64_t seed) {
     if (o.batch > 1) o.batch = (o.batch + 1) / 2;
     else if (o.kv_heads > 1) o.kv_heads /= 2;
     else if (o.spare_pages > 0) o.spare_pages = 0;
+    else if (o.head_dim == 512) o.head_dim = 256;  // too big a shape at 512 stays at 256
     else break;
   }
   o.seq_lens = detail::draw_lengths(r, c, budget);
@@ -764,11 +770,15 @@ inline SweepCase draw_case(uint64_t seed) {
   c.v_scale_on_device = r.chance(35);
   c.graph = r.chance(20);
   // The attention variant (drawn after everything else: the draws above are what they
-  // were): a third of the finite cases, run by the Configs with every flag.
-  if (c.cls == CaseClass::kFinite && r.chance(33)) detail::draw_variant(r, &c);
+  // were): a third of the finite cases, run by the Configs with every flag (at D 512 E5M2's
+  // only).
+  if (c.cls == CaseClass::kFinite && r.chance(33) && (o.head_dim != 512 || o.format == KvFormat::kE5M2))
+    detail::draw_variant(r, &c);
   // A bf16 cache (the SM80 body's bf16 MMA, bf16 q): drawn last, from a third of the plain
-  // single-token E5M2 cases with bf16 q (its Configs take no variant or multi-token case).
-  if (o.format == KvFormat::kE5M2 && c.bf16_q && !c.multi_token() && c.variant_flags() == 0u && r.chance(30)) {
+  // single-token E5M2 cases with bf16 q (its Configs take no variant or multi-token case;
+  // at D 512, where those are fewer, from 75 %).
+  if (o.format == KvFormat::kE5M2 && c.bf16_q && !c.multi_token() && c.variant_flags() == 0u &&
+      r.chance(o.head_dim == 512 ? 75 : 30)) {
     o.format = KvFormat::kBf16;
     o.stride_align = 16 / vxqa::reference::element_bytes(o.format);
   }

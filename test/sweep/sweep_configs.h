@@ -98,6 +98,18 @@ using D256Configs = ConfigList<DecodeConfig<256, KvType::kE5M2>,
                                DecodeConfig<256, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software>,
                                EveryVariant<256, KvType::kE4M3, E4m3Software, opt::Atom<MmaAtom::kSm70>>,
                                Bf16Cache<256, opt::Warps<2>>>;
+// Head dim 512 (two warps share each K/V tile): single-token cases only, each cache format on
+// both atoms (fp16 on 2 warps: the SM80 body's stages of 1 KB rows), and every variant flag
+// on E5M2 (the format draw_d512 lets variant cases keep).
+using D512Configs = ConfigList<DecodeConfig<512, KvType::kE5M2>,
+                               Sm70<512, KvType::kE5M2, 6>,
+                               DecodeConfig<512, KvType::kE4M3>,
+                               DecodeConfig<512, KvType::kE4M3, opt::Atom<MmaAtom::kSm70>, E4m3Software>,
+                               DecodeConfig<512, KvType::kFp16, opt::Warps<2>>,
+                               Sm70<512, KvType::kFp16, 2>,
+                               EveryVariant<512, KvType::kE5M2>,
+                               EveryVariant<512, KvType::kE5M2, opt::Atom<MmaAtom::kSm70>>,
+                               Bf16Cache<512, opt::Warps<2>>>;
 
 // The plan Config makes for the case.
 template <class Config>
@@ -169,7 +181,8 @@ std::vector<ConfigInfo> config_infos(ConfigList<Configs...>) {
 // Every Config of every family, in the sweep's order.
 inline std::vector<ConfigInfo> all_config_infos() {
   std::vector<ConfigInfo> all;
-  for (const auto& family : {config_infos(D64Configs{}), config_infos(D128Configs{}), config_infos(D256Configs{})})
+  for (const auto& family : {config_infos(D64Configs{}), config_infos(D128Configs{}), config_infos(D256Configs{}),
+                             config_infos(D512Configs{})})
     all.insert(all.end(), family.begin(), family.end());
   return all;
 }

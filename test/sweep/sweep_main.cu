@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
 
   // Every Config (host data and a run function; nothing touches the device until run).
   std::vector<SweepConfig> configs;
-  for (auto family : {d64_configs, d128_configs, d256_configs})
+  for (auto family : {d64_configs, d128_configs, d256_configs, d512_configs})
     for (SweepConfig& c : family()) configs.push_back(std::move(c));
   std::vector<ConfigInfo> infos;
   for (const SweepConfig& c : configs) infos.push_back(c.info);

@@ -254,9 +254,10 @@ std::vector<SweepConfig> sweep_configs(ConfigList<Configs...>) {
   return {SweepConfig{config_info<Configs>(), &run_config<Configs>}...};
 }
 
-// One family each, instantiated in sweep_d64.cu, sweep_d128.cu and sweep_d256.cu.
+// One family each, instantiated in sweep_d64.cu, sweep_d128.cu, sweep_d256.cu and sweep_d512.cu.
 std::vector<SweepConfig> d64_configs();
 std::vector<SweepConfig> d128_configs();
 std::vector<SweepConfig> d256_configs();
+std::vector<SweepConfig> d512_configs();
 
 }  // namespace vxqa_sweep

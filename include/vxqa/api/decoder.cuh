@@ -29,7 +29,7 @@ namespace vxqa {
 template <class... Configs>
 struct ConfigList {};
 
-// The default lists for one q/out type: head dims 64, 128, 256; E5M2, E4M3 and fp16 caches
+// The default lists for one q/out type: head dims 64, 128, 256, 512; E5M2, E4M3 and fp16 caches
 // (and bf16 ones, with bf16 q/out); page 16 at compile time for the FP8 caches (vLLM's
 // default) and any other page size at run time. Each head dim and cache also has a Config with every variant flag (any page size at
 // run time), which serves a shape asking for any variant; flags it has that a step does not
@@ -38,7 +38,10 @@ struct ConfigList {};
 // serves multi-token steps and groups of more than 8 heads; D 256 FP8 has a second with 6
 // warps (48 rows a CTA): two of its CTAs share an sm_90 SM where one of 8 warps fills it
 // (registers and shared memory), and rows of 3 or 6 tiles (G 6 × q_len 4 or 8) need no
-// padded tile (docs/performance.md, "Multi-token queries").
+// padded tile (docs/performance.md, "Multi-token queries"). Head dim 512 (one query token:
+// its tiles are already shared by two warps) has page 16 and, with every variant flag, any
+// page size for FP8, and the every-flag one for 16-bit caches (2 warps: the SM80 stages of
+// 1 KB rows fill the rest).
 template <ActType Qo, KvType Fp8>
 using DefaultFp8DecoderConfigs =
     ConfigList<DecodeConfig<64, Fp8, opt::PageSize<16>, opt::QoType<Qo>>,
@@ -55,7 +58,9 @@ using DefaultFp8DecoderConfigs =
                DecodeConfig<256, Fp8, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
                DecodeConfig<256, Fp8, opt::Warps<6>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
-                            opt::MaxQueryLen<16>>>;
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<512, Fp8, opt::PageSize<16>, opt::QoType<Qo>>,
+               DecodeConfig<512, Fp8, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>>;
 // A 16-bit cache's (fp16, or bf16 with bf16 q/out: the SM80 body only).
 template <ActType Qo, KvType Kv16>
 using Default16BitDecoderConfigs =
@@ -69,7 +74,8 @@ using Default16BitDecoderConfigs =
                DecodeConfig<128, Kv16, opt::Warps<8>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
                             opt::MaxQueryLen<16>>,
                DecodeConfig<256, Kv16, opt::Warps<4>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>,
-                            opt::MaxQueryLen<16>>>;
+                            opt::MaxQueryLen<16>>,
+               DecodeConfig<512, Kv16, opt::Warps<2>, opt::QoType<Qo>, opt::Variant<kAllVariantFlags>>>;
 
 template <class... Lists>
 struct ConcatConfigLists;
