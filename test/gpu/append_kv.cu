@@ -422,65 +422,74 @@ TEST_CASE("append_kv validates before it launches", "[append_kv]") {
   VXQA_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// The writer fills every live row of a random problem's cache (poisoned first), then Config
+// decodes it: the answer must be the reference's over the original values.
+template <class Config>
+void append_then_decode(uint64_t seed) {
+  auto o = vxqa_test::aligned_options<Config>();
+  o.batch = 3;
+  o.kv_heads = 2;
+  o.group = 4;
+  o.page_size = seed == 950 ? 16 : 7;
+  o.max_seq_len = 300;
+  const vxqa::reference::RandomProblem p = vxqa::reference::make_random_problem(o, seed);
+  // The new rows: every live token's K/V as fp16 (E5M2 decodes exactly to fp16, so
+  // append_kv must give back the very codes), the cache's live rows poisoned with NaN.
+  std::vector<int64_t> slots;
+  std::vector<uint16_t> key, value;
+  std::vector<unsigned char> cache = p.cache;
+  for (int b = 0; b < p.batch; ++b)
+    for (int t = 0; t < p.seq_lens[b]; ++t) {
+      slots.push_back(int64_t(p.block_table[b * p.table_stride + t / p.page_size]) * p.page_size + t % p.page_size);
+      for (int h = 0; h < p.kv_heads; ++h)
+        for (int d = 0; d < p.head_dim; ++d) {
+          key.push_back(vxqa::reference::fp16_from_double(p.k_at(b, t, h, d)));
+          value.push_back(vxqa::reference::fp16_from_double(p.v_at(b, t, h, d)));
+          cache[p.k_offset + p.element_index(b, t, h, d)] = 0x7F;
+          cache[p.v_offset + p.element_index(b, t, h, d)] = 0x7F;
+        }
+    }
+  vxqa_test::DeviceProblem d(p);
+  d.cache.upload(cache);
+  DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
+  DeviceBuffer<int64_t> dslots(slots.size());
+  dkey.upload(key);
+  dvalue.upload(value);
+  dslots.upload(slots);
+  vxqa::DecodeParams dp = vxqa_test::make_params(p, d, nullptr, nullptr);
+  vxqa::AppendKvParams ap;
+  ap.key = dkey.get();
+  ap.value = dvalue.get();
+  ap.key_token_stride = ap.value_token_stride = int64_t(p.kv_heads) * p.head_dim;
+  ap.key_head_stride = ap.value_head_stride = p.head_dim;
+  ap.slot_mapping = dslots.get();
+  ap.num_tokens = int(slots.size());
+  ap.num_kv_heads = p.kv_heads;
+  ap.head_dim = p.head_dim;
+  ap.k_cache = const_cast<void*>(dp.k_cache);
+  ap.v_cache = const_cast<void*>(dp.v_cache);
+  ap.cache_type = dp.cache_type;
+  ap.page_stride = dp.page_stride;
+  ap.token_stride = dp.token_stride;
+  ap.head_stride = dp.head_stride;
+  ap.page_size = dp.page_size;
+  ap.num_pages = dp.num_pages;
+  INFO("seed " << seed << " page " << p.page_size << " tokens " << slots.size());
+  const vxqa::Status s = vxqa::append_kv(ap, 0);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  VXQA_CUDA_CHECK_LAUNCH();
+  int max_len = 1;
+  for (int len : p.seq_lens) max_len = std::max(max_len, len);
+  const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, max_len);
+  vxqa_test::check_against_reference(p, vxqa_test::run_params<Config>(dp, plan, p.batch));
+}
+
+}  // namespace
+
 TEST_CASE("append_kv then decode equals the float64 reference over the written cache", "[append_kv]") {
-  using Config = vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>;
-  for (uint64_t seed : {950u, 951u, 952u}) {
-    auto o = vxqa_test::aligned_options<Config>();
-    o.batch = 3;
-    o.kv_heads = 2;
-    o.group = 4;
-    o.page_size = seed == 950 ? 16 : 7;
-    o.max_seq_len = 300;
-    const vxqa::reference::RandomProblem p = vxqa::reference::make_random_problem(o, seed);
-    // The new rows: every live token's K/V as fp16 (E5M2 decodes exactly to fp16, so
-    // append_kv must give back the very codes), the cache's live rows poisoned with NaN.
-    std::vector<int64_t> slots;
-    std::vector<uint16_t> key, value;
-    std::vector<unsigned char> cache = p.cache;
-    for (int b = 0; b < p.batch; ++b)
-      for (int t = 0; t < p.seq_lens[b]; ++t) {
-        slots.push_back(int64_t(p.block_table[b * p.table_stride + t / p.page_size]) * p.page_size + t % p.page_size);
-        for (int h = 0; h < p.kv_heads; ++h)
-          for (int d = 0; d < p.head_dim; ++d) {
-            key.push_back(vxqa::reference::fp16_from_double(p.k_at(b, t, h, d)));
-            value.push_back(vxqa::reference::fp16_from_double(p.v_at(b, t, h, d)));
-            cache[p.k_offset + p.element_index(b, t, h, d)] = 0x7F;
-            cache[p.v_offset + p.element_index(b, t, h, d)] = 0x7F;
-          }
-      }
-    vxqa_test::DeviceProblem d(p);
-    d.cache.upload(cache);
-    DeviceBuffer<uint16_t> dkey(key.size()), dvalue(value.size());
-    DeviceBuffer<int64_t> dslots(slots.size());
-    dkey.upload(key);
-    dvalue.upload(value);
-    dslots.upload(slots);
-    vxqa::DecodeParams dp = vxqa_test::make_params(p, d, nullptr, nullptr);
-    vxqa::AppendKvParams ap;
-    ap.key = dkey.get();
-    ap.value = dvalue.get();
-    ap.key_token_stride = ap.value_token_stride = int64_t(p.kv_heads) * p.head_dim;
-    ap.key_head_stride = ap.value_head_stride = p.head_dim;
-    ap.slot_mapping = dslots.get();
-    ap.num_tokens = int(slots.size());
-    ap.num_kv_heads = p.kv_heads;
-    ap.head_dim = p.head_dim;
-    ap.k_cache = const_cast<void*>(dp.k_cache);
-    ap.v_cache = const_cast<void*>(dp.v_cache);
-    ap.cache_type = dp.cache_type;
-    ap.page_stride = dp.page_stride;
-    ap.token_stride = dp.token_stride;
-    ap.head_stride = dp.head_stride;
-    ap.page_size = dp.page_size;
-    ap.num_pages = dp.num_pages;
-    INFO("seed " << seed << " page " << p.page_size << " tokens " << slots.size());
-    const vxqa::Status s = vxqa::append_kv(ap, 0);
-    INFO(s.message());
-    REQUIRE(s.ok());
-    VXQA_CUDA_CHECK_LAUNCH();
-    int max_len = 1;
-    for (int len : p.seq_lens) max_len = std::max(max_len, len);
-    const vxqa::DecodePlan plan = vxqa_test::plan_for<Config>(p, max_len);
-    vxqa_test::check_against_reference(p, vxqa_test::run_params<Config>(dp, plan, p.batch));
-  }
+  for (uint64_t seed : {950u, 951u, 952u}) append_then_decode<vxqa::DecodeConfig<128, vxqa::KvType::kE5M2>>(seed);
+  append_then_decode<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>>(953u);  // head dim 512's rows
 }
