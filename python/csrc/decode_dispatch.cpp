@@ -23,6 +23,8 @@ constexpr FamilyEntry kFamilies[] = {
     entry<64, vxqa::KvType::kBf16>(),  entry<128, vxqa::KvType::kE5M2>(), entry<128, vxqa::KvType::kE4M3>(),
     entry<128, vxqa::KvType::kFp16>(), entry<128, vxqa::KvType::kBf16>(), entry<256, vxqa::KvType::kE5M2>(),
     entry<256, vxqa::KvType::kE4M3>(), entry<256, vxqa::KvType::kFp16>(), entry<256, vxqa::KvType::kBf16>(),
+    entry<512, vxqa::KvType::kE5M2>(), entry<512, vxqa::KvType::kE4M3>(), entry<512, vxqa::KvType::kFp16>(),
+    entry<512, vxqa::KvType::kBf16>(),
 };
 
 const FamilyEntry* find_family(int head_dim, vxqa::KvType kv) {
@@ -34,7 +36,7 @@ const FamilyEntry* find_family(int head_dim, vxqa::KvType kv) {
 vxqa::Status no_family(int head_dim, vxqa::KvType kv) {
   return vxqa::Status::invalid("head_dim", "no Config of vxqa::DefaultDecoderConfigs takes head dim " +
                                                std::to_string(head_dim) + " with a " + vxqa::kv_type_name(kv) +
-                                               " cache (head dims 64, 128, 256; e5m2, e4m3, fp16 or bf16)");
+                                               " cache (head dims 64, 128, 256, 512; e5m2, e4m3, fp16 or bf16)");
 }
 
 }  // namespace

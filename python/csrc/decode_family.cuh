@@ -77,9 +77,10 @@ vxqa::Status DecodeFamily<HeadDim, Kv>::choose(const Shape& s, Choice* choice) {
                 "the family has no Config with every variant flag for each q type its cache takes (fp16 and "
                 "bf16; bf16 only for a bf16 cache): the torch ops' sliding_window, logit_softcap and sinks need "
                 "one (vxqa::DefaultDecoderConfigs)");
-  static_assert((!kTakesFp16Q<Kv> ||
-                 MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1) &&
-                    MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1,
+  static_assert(HeadDim > 256 ||  // multi-token queries stop at 256 (decode_op.cpp refuses q_indptr past it)
+                    ((!kTakesFp16Q<Kv> ||
+                      MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kFp16>::value >= 1) &&
+                     MultiTokenConfigCount<FamilyList<HeadDim, Kv>, vxqa::ActType::kBf16>::value >= 1),
                 "the family has no Config taking kMaxQueryLen query tokens a sequence for each q type its cache "
                 "takes (fp16 and bf16; bf16 only for a bf16 cache): the torch ops' q_indptr and max_q_len need one "
                 "(vxqa::DefaultDecoderConfigs' opt::MaxQueryLen)");

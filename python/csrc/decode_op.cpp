@@ -118,8 +118,10 @@ vxqa::KvType check_decode(const at::Tensor& q, const at::Tensor& k_cache, const 
   check_q_for_cache(q.scalar_type(), cache_type, "q", "k_cache");
   const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2), kv_heads = k_cache.size(2);
   check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim");
-  TORCH_CHECK_VALUE(head_dim == 64 || head_dim == 128 || head_dim == 256, "q: head_dim ", num(head_dim),
-                    " is not supported (64, 128 or 256)");
+  TORCH_CHECK_VALUE(head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512, "q: head_dim ",
+                    num(head_dim), " is not supported (64, 128, 256 or 512)");
+  TORCH_CHECK_VALUE(!multi || head_dim <= 256, "q_indptr: head_dim ", num(head_dim),
+                    " takes one query token a sequence and no q_indptr (multi-token queries stop at head_dim 256)");
   TORCH_CHECK_VALUE(kv_heads >= 1 && q_heads % kv_heads == 0, "q: ", num(q_heads),
                     " query heads are not a multiple of the cache's ", num(kv_heads), " KV heads");
 

@@ -53,7 +53,10 @@ def run(p, path="plain", plan=None, **kw):
     (256, "float8_e4m3fn", 5, torch.float16), (64, "float8_e4m3fn", 9, torch.bfloat16),
     # bf16: vLLM's "auto" with a bf16 model's cache, bf16 q only
     (64, "bfloat16", 16, torch.bfloat16), (128, "bfloat16", 32, torch.bfloat16), (256, "bfloat16", 16, torch.bfloat16),
-    (128, "bfloat16", 7, torch.bfloat16)])
+    (128, "bfloat16", 7, torch.bfloat16),
+    # head dim 512 (two warps a tile), every cache
+    (512, "uint8", 16, torch.float16), (512, "uint8 e4m3", 7, torch.bfloat16), (512, "float16", 16, torch.float16),
+    (512, "bfloat16", 16, torch.bfloat16)])
 def test_decode_matches_reference(cuda, path, head_dim, cache, page_size, q_dtype):
     skip_bf16_cache_below_sm80(CACHES[cache]["cache_dtype"], cuda)
     p = random_problem(10 + head_dim + page_size, batch=4, head_dim=head_dim, page_size=page_size, max_len=900,

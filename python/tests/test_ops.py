@@ -173,7 +173,7 @@ DECODE_CASES = CACHE_DTYPE_CASES + BF16_Q_CASES + [
     ("zero KV heads", "q", r"6 query heads are not a multiple of the cache's 0 KV heads",
      lambda a: a.update(k_cache=a["k_cache"][:, :, :0], v_cache=a["v_cache"][:, :, :0])),
     ("q head dim", "q", r"the cache's head_dim", lambda a: a.update(q=a["q"][..., :32], out=a["out"][..., :32])),
-    ("head dim 96", "q", r"head_dim 96 is not supported \(64, 128 or 256\)",
+    ("head dim 96", "q", r"head_dim 96 is not supported \(64, 128, 256 or 512\)",
      lambda a: (caches(a, torch.float8_e5m2, 96), a.update(q=a["q"].new_zeros(B, HKV * G, 96),
                                                            out=a["out"].new_zeros(B, HKV * G, 96)))),
     ("k_cache float32", "k_cache", r"dtype Float is not supported", lambda a: caches(a, torch.float32)),
@@ -363,6 +363,14 @@ MULTI_CASES = BF16_Q_CASES + [
      lambda a: a.update(q=a["q"][:, :5], out=a["out"][:, :5])),
 ]
 
+# decode (eager) only: a plan's own head dim is checked first.
+EAGER_MULTI_CASES = [
+    ("q_indptr at head dim 512", "q_indptr", r"head_dim 512 takes one query token a sequence and no q_indptr "
+     r"\(multi-token queries stop at head_dim 256\)",
+     lambda a: (caches(a, torch.float8_e5m2, 512), a.update(q=a["q"].new_zeros(QT, HKV * G, 512),
+                                                            out=a["out"].new_zeros(QT, HKV * G, 512)))),
+]
+
 # decode_planned: the query tokens against the plan's max_q_len (from planned_multi_args).
 PLAN_MULTI_CASES = [
     ("q_indptr on a plan for one token a sequence", "q_indptr", r"given to a plan made for one query token a "
@@ -414,7 +422,7 @@ OPS = {"decode": (decode_args, call_decode), "decode_planned": (planned_args, ca
 CASES = ([("decode", *c) for c in DECODE_CASES + PLAIN_DECODE_CASES + SINGLE_TOKEN_CASES]
          + [("decode_planned", *c) for c in DECODE_CASES + PLAN_CASES + SINGLE_TOKEN_CASES]
          + [("append_kv", *c) for c in APPEND_CASES]
-         + [("decode multi-token", *c) for c in MULTI_CASES]
+         + [("decode multi-token", *c) for c in MULTI_CASES + EAGER_MULTI_CASES]
          + [("decode_planned multi-token", *c) for c in MULTI_CASES + PLAN_MULTI_CASES])
 
 
@@ -1057,7 +1065,7 @@ def test_torch_compile_refuses_head_dim_96_while_tracing(layer):
     compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as refusal:
         compiled(**layer_inputs(2, head_dim=96))
-    assert "ValueError('q: head_dim 96 is not supported (64, 128 or 256)')" in str(refusal.value)
+    assert "ValueError('q: head_dim 96 is not supported (64, 128, 256 or 512)')" in str(refusal.value)
     assert counter.frame_count == 0  # no graph reached the backend: refused while tracing
 
 

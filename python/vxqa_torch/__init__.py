@@ -161,7 +161,7 @@ class DecodePlan:
     step at a time, so decodes that may overlap (other streams) need a plan each.
 
     num_q_heads or group_size   query heads, or query heads per KV head.
-    num_kv_heads, head_dim, page_size   the cache's shape (head_dim 64, 128 or 256).
+    num_kv_heads, head_dim, page_size   the cache's shape (head_dim 64, 128, 256 or 512; 512: one query token a sequence).
     max_batch, max_context      the capacity: sequences per call, tokens per sequence (the
                                 block table passed to run() must hold max_context tokens).
     q_dtype                     float16 or bfloat16 (q and out; bfloat16 with a bf16 cache).

@@ -30,7 +30,8 @@ _DTYPE_NAMES = {
     torch.bool: "Bool", torch.float8_e5m2: "Float8_e5m2", torch.float8_e4m3fn: "Float8_e4m3fn",
 }
 
-HEAD_DIMS = (64, 128, 256)  # vxqa::DefaultDecoderConfigs
+HEAD_DIMS = (64, 128, 256, 512)  # vxqa::DefaultDecoderConfigs
+MULTI_TOKEN_MAX_HEAD_DIM = 256  # multi-token queries (q_indptr) stop here: D 512 has no such Config
 KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8", "fp8_e4m3")  # vLLM's strings the ops take
 E5M2, FP16, E4M3, BF16 = 1, 2, 3, 4  # vxqa::KvType values (kUnset = 0)
 CACHE_TYPE_NAMES = {E5M2: "e5m2", E4M3: "e4m3", FP16: "fp16", BF16: "bf16"}  # vxqa::kv_type_name
@@ -274,7 +275,10 @@ def check_decode(q, k_cache, v_cache, block_table, seq_lens, kv_cache_dtype, k_s
     kv_heads = k_cache.size(2)
     check_size(q, "q", 2, k_cache.size(3), "the cache's head_dim")
     check(sym_or(*(head_dim == d for d in HEAD_DIMS)),
-          lambda: f"q: head_dim {_n(head_dim)} is not supported (64, 128 or 256)")
+          lambda: f"q: head_dim {_n(head_dim)} is not supported (64, 128, 256 or 512)")
+    check(not multi or head_dim <= MULTI_TOKEN_MAX_HEAD_DIM,
+          lambda: f"q_indptr: head_dim {_n(head_dim)} takes one query token a sequence and no q_indptr "
+                  f"(multi-token queries stop at head_dim {MULTI_TOKEN_MAX_HEAD_DIM})")
     # (the modulus by at least 1: with 0 KV heads the first condition fails, and no division by 0)
     check(sym_and(kv_heads >= 1, q_heads % torch.sym_max(kv_heads, 1) == 0),
           lambda: f"q: {_n(q_heads)} query heads are not a multiple of the cache's {_n(kv_heads)} KV heads")
