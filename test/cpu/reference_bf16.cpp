@@ -5,6 +5,7 @@
 // for bit against vxqa::detail::float_to_act<ActType::kBf16> on fp32 inputs; and the random
 // problem, the reference's cache reads and problem_params with a bf16 cache.
 #include <catch2/catch.hpp>
+#include "cpu/rounding_checks.h"
 
 #include <vxqa/numeric/act_type.cuh>
 #include <vxqa/testing/decode_reference.h>
@@ -107,24 +108,11 @@ TEST_CASE("reference_bf16: the reference's decode agrees with vxqa::detail::act_
 }
 
 TEST_CASE("reference_bf16: bf16_from_double rounds to nearest even, overflows to inf", "[reference_bf16]") {
-  // Every finite code round-trips, with either sign (0x8000: -0).
-  for (int c = 0; c <= 0x7F7F; ++c) {
-    const double v = bf16_to_double(static_cast<uint16_t>(c));
-    REQUIRE(bf16_from_double(v) == c);
-    REQUIRE(bf16_from_double(-v) == (c | 0x8000));
-  }
-  // Midpoints between neighbouring codes go to the even code, and just off them to the
-  // nearer one: subnormals, the subnormal/normal step (0x007F | 0x0080) and every binade.
-  for (int c = 0; c < 0x7F7F; ++c) {
-    const double lo = bf16_to_double(static_cast<uint16_t>(c));
-    const double mid = (lo + bf16_to_double(static_cast<uint16_t>(c + 1))) / 2;
-    INFO("between codes " << c << " and " << c + 1);
-    const int even = c % 2 == 0 ? c : c + 1;
-    REQUIRE(bf16_from_double(mid) == even);
-    REQUIRE(bf16_from_double(-mid) == (even | 0x8000));
-    REQUIRE(bf16_from_double(std::nextafter(mid, kInf)) == c + 1);
-    REQUIRE(bf16_from_double(std::nextafter(mid, 0.0)) == c);
-  }
+  // Every finite code round-trips with either sign (0x8000: -0); midpoints go to the even
+  // code, just off them to the nearer (the subnormal/normal step is 0x007F | 0x0080).
+  vxqa_test::check_nearest_even_encoder(
+      0x7F7F, 0x8000, [](int c) { return bf16_to_double(static_cast<uint16_t>(c)); },
+      [](double x) { return bf16_from_double(x); });
   CHECK(bf16_from_double(1.0 + 0x1p-8) == 0x3F80);      // 1 | 1 + 2^-7: to 1 (mantissa even)
   CHECK(bf16_from_double(1.0 + 3 * 0x1p-8) == 0x3F82);  // 1 + 2^-7 | 1 + 2^-6: to 1 + 2^-6
   // Straight from the double: a tie plus 2^-40 is above the tie, so it rounds up; rounding

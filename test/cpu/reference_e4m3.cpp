@@ -4,6 +4,7 @@
 // edge, zeros and NaN, and bit for bit against vxqa::float_to_e4m3; and the random problem,
 // the reference's cache reads and problem_params with an E4M3 cache.
 #include <catch2/catch.hpp>
+#include "cpu/rounding_checks.h"
 
 #include <vxqa/numeric/e4m3.cuh>
 #include <vxqa/testing/decode_reference.h>
@@ -89,24 +90,11 @@ TEST_CASE("reference_e4m3: the reference's decode agrees with vxqa::e4m3_to_floa
 }
 
 TEST_CASE("reference_e4m3: e4m3_from_double rounds to nearest even and saturates", "[reference_e4m3]") {
-  // Every finite code round-trips, with either sign (0x80: -0).
-  for (int c = 0; c <= 0x7E; ++c) {
-    const double v = e4m3_to_double(static_cast<uint8_t>(c));
-    REQUIRE(e4m3_from_double(v) == c);
-    REQUIRE(e4m3_from_double(-v) == (c | 0x80));
-  }
-  // Midpoints between neighbouring codes go to the even code, and just off them to the
-  // nearer one: subnormals, the subnormal/normal step (0x07 | 0x08) and every binade.
-  for (int c = 0; c < 0x7E; ++c) {
-    const double lo = e4m3_to_double(static_cast<uint8_t>(c));
-    const double mid = (lo + e4m3_to_double(static_cast<uint8_t>(c + 1))) / 2;
-    INFO("between codes " << c << " and " << c + 1);
-    const int even = c % 2 == 0 ? c : c + 1;
-    REQUIRE(e4m3_from_double(mid) == even);
-    REQUIRE(e4m3_from_double(-mid) == (even | 0x80));
-    REQUIRE(e4m3_from_double(std::nextafter(mid, kInf)) == c + 1);
-    REQUIRE(e4m3_from_double(std::nextafter(mid, 0.0)) == c);
-  }
+  // Every finite code round-trips with either sign (0x80: -0); midpoints go to the even
+  // code, just off them to the nearer (the subnormal/normal step is 0x07 | 0x08).
+  vxqa_test::check_nearest_even_encoder(
+      0x7E, 0x80, [](int c) { return e4m3_to_double(static_cast<uint8_t>(c)); },
+      [](double x) { return e4m3_from_double(x); });
   CHECK(e4m3_from_double(1.0625) == 0x38);  // 1 | 1.125: to 1.0 (mantissa 000)
   CHECK(e4m3_from_double(1.1875) == 0x3A);  // 1.125 | 1.25: to 1.25 (mantissa 010)
   // Subnormals and below: 2^-10, half the smallest subnormal, is a tie with 0.
