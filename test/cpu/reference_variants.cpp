@@ -753,6 +753,30 @@ TEST_CASE("variants: a correct kernel's roundings pass the bound", "[reference_v
   WARN(problems << " problems with variants, worst error " << worst << " of the bound");
 }
 
+// A cap far below the scores saturates tanh: every score is ±cap, two weights for all the
+// keys, so their fp16 roundings are two errors, not thousands of independent ones (the sweep
+// found seeds with caps below 0.1 whose LSE passed the independent model's bound by 10 %).
+TEST_CASE("variants: a saturated soft-cap's repeated weights pass the bound, wrong answers still fail",
+          "[reference_variants]") {
+  for (const float cap : {0.0817f, 0.0186f, 0.3f}) {
+    for (const int len : {3000, 20000}) {
+      Variants v;
+      v.softcap = cap;
+      v.q_len = len == 3000 ? 3 : 1;
+      const RandomProblem p = realistic_problem(v, {len, len / 3}, true, KvFormat::kE5M2, 900 + len);
+      const int chunk = len > 4096 ? 1024 : 0;
+      const DecodeOutput ref = decode_reference(p.inputs());
+      const ErrorModel model = decode_error_model(p.inputs(), ref, chunk);
+      const Comparison right = compare(p, ref, model, simulate_kernel(p, chunk, Mutation::kNone));
+      INFO("cap " << cap << ", len " << len << ": correct kernel " << right.first << " (worst " << right.worst
+                  << " of the bound)");
+      CHECK(right.ok());
+      CHECK_FALSE(compare(p, ref, model, simulate_kernel(p, chunk, Mutation::kNoSoftcap)).ok());
+      if (v.q_len > 1) CHECK_FALSE(compare(p, ref, model, simulate_kernel(p, chunk, Mutation::kSwapRows)).ok());
+    }
+  }
+}
+
 TEST_CASE("variants: every mutation fails the bound, 1 to 4K tokens, flat and peaked", "[reference_variants]") {
   const Mutation mutations[] = {Mutation::kWindowWider, Mutation::kWindowNarrower, Mutation::kNoSink,
                                 Mutation::kNoSoftcap, Mutation::kSwapRows};

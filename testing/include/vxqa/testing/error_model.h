@@ -23,6 +23,12 @@
 //    Σ_{j∈c} p_j (v_j − out).
 //  - fp32 accumulation of P·V and of l: errors proportional to the partial sums, which are
 //    small next to those above; a fixed 2^-22 of Σ p_j |v_j − out| / l covers them.
+//  - Weights that repeat (equal within 2^-20) round alike: a run of them has one rounding
+//    error, not independent ones. A saturated soft-cap makes that common (scores of ±cap:
+//    two weights for every key). A run counts as one token whose error is its weight's
+//    rounding times its size (lse) or its Σ (v_j − out) (out): independent of the other
+//    runs and tokens, so it adds (size · e)² to Σ e_j² and (e Σ (v_j − out))² to
+//    Σ e_j² (v_j − out)².
 //  - The output is rounded to fp16 or bf16 at the end (compare.h adds half an ulp).
 //
 // Attention variants (decode_reference.h) and multi-token rows:
@@ -86,6 +92,41 @@ inline double weight_rounding_sigma(double p, bool bf16 = false) {
   if (bf16) return p < 0x1p-126 ? p : std::ldexp(1.0, std::ilogb(p) - 7) / std::sqrt(12.0);
   if (p < 0x1p-25) return p;  // rounds to 0
   return fp16_ulp(p) / std::sqrt(12.0);
+}
+
+// Weights that repeat round alike, so their rounding errors are one error, not independent
+// ones: a saturated soft-cap gives every score ±cap, two weights for thousands of keys.
+// Runs: the weights (> 0) equal to another within 2^-20 (the kernel's fp32 scores cannot
+// tell them apart). of[j]: token j's run, or -1 (its error independent); sigma[r]: the
+// standard deviation of run r's one rounding error (weight_rounding_sigma).
+struct WeightRuns {
+  std::vector<int> of;
+  std::vector<double> sigma;
+  std::vector<int> size;
+  double lse_variance() const {  // Σ_r (size_r · sigma_r)²
+    double sum = 0;
+    for (size_t r = 0; r < sigma.size(); ++r) sum += (size[r] * sigma[r]) * (size[r] * sigma[r]);
+    return sum;
+  }
+};
+inline WeightRuns weight_runs(const std::vector<double>& p, bool bf16) {
+  const int count = static_cast<int>(p.size());
+  WeightRuns runs;
+  runs.of.assign(count, -1);
+  std::vector<int> order;
+  for (int j = 0; j < count; ++j)
+    if (p[j] > 0 && std::isfinite(p[j])) order.push_back(j);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return p[a] < p[b]; });
+  const int n = static_cast<int>(order.size());
+  for (int i = 0, k = 0; i < n; i = k + 1) {
+    k = i;
+    while (k + 1 < n && p[order[k + 1]] - p[order[i]] <= 0x1p-20 * p[order[k + 1]]) ++k;
+    if (k == i) continue;
+    for (int t = i; t <= k; ++t) runs.of[order[t]] = static_cast<int>(runs.sigma.size());
+    runs.sigma.push_back(weight_rounding_sigma(p[order[k]], bf16));
+    runs.size.push_back(k - i + 1);
+  }
+  return runs;
 }
 
 }  // namespace detail
@@ -178,14 +219,16 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
           const double max = *std::max_element(sg, sg + count);
           if (!std::isfinite(max) || !std::isfinite(ref.lse[row])) continue;  // compare.h's rules
           const int chunk = chunk_tokens > 0 && chunk_tokens < count ? chunk_tokens : count;
-          // Per-token weights and their error's standard deviation.
+          // Per-token weights and their error's standard deviation; the runs of repeated weights.
+          const bool bf16 = in.format == KvFormat::kBf16;
           double l = 0, e2_sum = 0, shift_sum = 0, cap_sum = 0;
           std::vector<double> p(count), e2(count);
+          for (int j = 0; j < count; ++j) p[j] = std::exp(sg[j] - max);
+          const detail::WeightRuns runs = detail::weight_runs(p, bf16);
           for (int j = 0; j < count; ++j) {
-            p[j] = std::exp(sg[j] - max);
             if (p[j] == 0) continue;  // a masked (-inf) score: no weight, no error (and no 0 · inf)
             const double score_error = 0x1p-22 * (ag[j] + std::fabs(sg[j])) * kLog2e;  // base-2 units
-            const double rounding = detail::weight_rounding_sigma(p[j], in.format == KvFormat::kBf16);
+            const double rounding = runs.of[j] < 0 ? detail::weight_rounding_sigma(p[j], bf16) : 0.0;
             double rel2 = kLn2 * kLn2 * score_error * score_error / 3 + 0x1p-44;
             if (cap > 0) rel2 += (kTanhError * cap) * (kTanhError * cap) / 3;
             e2[j] = rounding * rounding + p[j] * p[j] * rel2;
@@ -208,7 +251,7 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
           }
           const double total = l * ks + w;
           const double chunk_eps = 0x1p-21 * (max2 + 24);  // a chunk weight's relative fp32 error
-          m.lse_sigma[row] = std::sqrt(e2_sum * (ks * ks) + e2_w) / total;
+          m.lse_sigma[row] = std::sqrt((e2_sum + runs.lse_variance()) * (ks * ks) + e2_w) / total;
           m.lse_fixed[row] =
               kLn2 * kScaleEps * (std::fabs(shift_sum) * ks / total + std::fabs(max) * kLog2e * (l * ks / total)) +
               kScaleEps * std::fabs(cap_sum) * ks / total + 0x1p-20 * (std::fabs(ref.lse[row]) + 1) +
@@ -216,7 +259,7 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
           // Per dim: Σ e_j² (v_j − out)², the scale's shared shift, Σ p_j |v_j − out|, and the
           // chunks' sums Σ_{j∈c} p_j (v_j − out); with a soft-cap Σ p_j c_j (v_j − out).
           std::vector<double> var(dim, 0), shift(dim, 0), spread(dim, 0), chunk_sum(dim, 0), chunk_var(dim, 0),
-              cap_shift(dim, 0);
+              cap_shift(dim, 0), run_sums(runs.sigma.size() * dim, 0);
           for (int j = 0; j < count; ++j) {
             if (p[j] != 0)
               for (int d = 0; d < dim; ++d)
@@ -228,6 +271,7 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
               spread[d] += p[j] * std::fabs(dv);
               chunk_sum[d] += p[j] * dv;
               if (cap > 0) cap_shift[d] += p[j] * cg[j] * dv;
+              if (runs.of[j] >= 0) run_sums[runs.of[j] * dim + d] += dv;
             }
             if ((j + 1) % chunk == 0 || j + 1 == count) {
               for (int d = 0; d < dim; ++d) {
@@ -236,6 +280,11 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
               }
             }
           }
+          for (size_t r = 0; r < runs.sigma.size(); ++r)  // a run's one rounding error times Σ (v_j − out)
+            for (int d = 0; d < dim; ++d) {
+              const double e = runs.sigma[r] * run_sums[r * dim + d];
+              var[d] += e * e;
+            }
           if (ks != 1)  // the keys' sums into the sink's frame
             for (int d = 0; d < dim; ++d) {
               var[d] *= ks * ks, chunk_var[d] *= ks * ks;
