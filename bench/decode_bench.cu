@@ -498,6 +498,12 @@ int main(int argc, char** argv) {
     static const Shape d256_same_bytes{"D256 G8 B16 x 16K, page 16", 16, 16384, 16, 8, 1, false};
     results.push_back(run_shape<E5m2>(d256_same_bytes, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>>(d512, stream, sms, l2, copy, 0, "E5M2"));
+    // The same at 2 and 6 warps: 6 warps an SM either way (3 CTAs of 2, or 1 of 6), where
+    // 4 warps' 133 KB let one CTA in.
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>>>(
+        d512, stream, sms, l2, copy, 0, "E5M2, 2 warps"));
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::Warps<6>>>(
+        d512, stream, sms, l2, copy, 0, "E5M2, 6 warps"));
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE4M3>>(d512, stream, sms, l2, copy, 0, "E4M3"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     for (int i : {0, 3}) {

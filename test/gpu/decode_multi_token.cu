@@ -2,7 +2,8 @@
 // reference: q_len 1..16, uniform and ragged (sequences without a query token among them),
 // groups whose rows fill part of a CTA, one CTA and several, under one chunk and many, with
 // the variants, on both atoms (this file is in both GPU binaries). Then the bad query
-// counts: a length shorter than its tokens, and a count above max_q_len.
+// counts: a length shorter than its tokens, and a count above max_q_len. And a NaN or
+// infinite V at keys only some of a sequence's query tokens see.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -138,6 +139,36 @@ TEST_CASE("windows, soft-cap and sinks with several query tokens match the refer
 
 namespace {
 
+// A tile's P·V takes each key for all its rows at once; a row that does not see the key
+// gives it p = 0, and 0 · NaN = NaN. So: a NaN or infinite V at keys only some query tokens
+// see (past the earlier tokens' causal limits; before the later tokens' windows), and the
+// rows that do not see them must stay finite, the others NaN or inf as the reference.
+template <class Config>
+void non_finite_v_some_rows_do_not_see(int window, uint64_t seed) {
+  const bool fp8 = Config::kElemBytes == 1;
+  const uint32_t nan = fp8 ? 0xFFu : 0x7E00u, inf = fp8 ? 0x7Cu : 0x7C00u, minus_inf = fp8 ? 0xFCu : 0xFC00u;
+  for (int group : {1, 3, 8, 12}) {
+    for (int q_len : {2, 4, 16}) {
+      if (q_len > Config::kMaxQueryLen) continue;
+      for (int chunk : {0, Config::kChunkMultiple}) {
+        RandomProblemOptions o = multi_options<Config>(group, q_len, q_len == 4, 16, {16, 19, 47, 300, 1000});
+        o.window = window;
+        RandomProblem p = vxqa::reference::make_random_problem(o, seed++);
+        for (int b = 0; b < p.batch; ++b) {
+          const int len = p.seq_lens[b], n = p.query_count(b), h = b % p.kv_heads;
+          if (n < 2) continue;
+          p.store(p.v_offset + p.element_index(b, len - 1, h, 5), nan);  // the last token's own key
+          p.store(p.v_offset + p.element_index(b, len - 1, h, 6), minus_inf);
+          p.store(p.v_offset + p.element_index(b, len - 2, h, 7), inf);  // the last two tokens'
+          const int first = len - n + 1 - window;                       // the first token's first key
+          if (window > 0 && first >= 0) p.store(p.v_offset + p.element_index(b, first, h, 9), nan);
+        }
+        multi_matches_reference<Config>(p, chunk);
+      }
+    }
+  }
+}
+
 // Sequence 1 has fewer keys than query tokens (bad length), the others are fine: the error
 // bit, NaN in sequence 1's rows, the reference's answer elsewhere; under one chunk and many.
 template <class Config>
@@ -207,6 +238,14 @@ void count_above_max_q_len(uint64_t seed) {
 }
 
 }  // namespace
+
+TEST_CASE("a NaN or inf V that some query tokens do not see leaves their rows finite", "[decode_multi_token]") {
+  non_finite_v_some_rows_do_not_see<MultiD256>(0, 13750);
+  non_finite_v_some_rows_do_not_see<MultiD256W6>(0, 13760);
+  non_finite_v_some_rows_do_not_see<MultiAllD128>(0, 13770);
+  non_finite_v_some_rows_do_not_see<MultiAllD128>(37, 13780);
+  non_finite_v_some_rows_do_not_see<MultiD64Fp16Page16>(5, 13790);
+}
 
 TEST_CASE("bad query counts: a length below its tokens is NaN, a count above max_q_len is not written",
           "[decode_multi_token]") {

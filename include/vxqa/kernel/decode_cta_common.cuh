@@ -79,6 +79,37 @@ VXQA_DEVICE LaneRowLimits lane_row_limits(const DecodeKernelArgs& a, const CtaWo
   return LaneRowLimits{packed};
 }
 
+// Multi-token queries: the keys [first, end) that every written row of rows
+// [row_base, row_base + 8) of a CTA sees. A tile's P·V takes each of its keys for all 8 rows
+// at once, and a row that does not see a key gives it p = 0; 0 · NaN and 0 · inf are NaN, so
+// a tile that holds a key outside these, with a NaN or infinite V there, must keep that V
+// from the rows that do not see it (the PV consumers' run_rows_apart).
+struct KeysAllRowsSee {
+  int first, end;
+  // Whether tile [start, start + tokens) holds a key below `first` or at `end` or past it,
+  // before the chunk's end.
+  VXQA_DEVICE bool apart_in(const CtaWork& w, int start, int tokens) const {
+    return start < first || min(start + tokens, w.end) > end;
+  }
+};
+template <class Variant>
+VXQA_DEVICE KeysAllRowsSee keys_all_rows_see(const DecodeKernelArgs& a, const CtaWork& w, int row_base) {
+  KeysAllRowsSee keys{w.first, w.end};
+  for (int r = row_base; r < min(row_base + 8, w.heads); ++r) {
+    const QueryRow row = query_row<true, Variant>(a, w, r);
+    keys.first = max(keys.first, row.first);
+    keys.end = min(keys.end, row.end);
+  }
+  return keys;
+}
+
+// The keys of tile [start, ...) that row `r` of a CTA sees, relative to the tile's start.
+template <class Variant>
+VXQA_DEVICE int2 row_keys_in_tile(const DecodeKernelArgs& a, const CtaWork& w, int r, int start) {
+  const QueryRow row = query_row<true, Variant>(a, w, r);
+  return make_int2(row.first - start, row.end - start);
+}
+
 // Fills `w`; false when the CTA has nothing to do. A bad length: with one chunk flagged here
 // and its outputs written as NaN; with several, the combine does both.
 template <class Config>

@@ -81,7 +81,11 @@ struct DecodeCtaSm70 {
 
     // kMulti: the keys of the lane's two accumulator rows, c_row(lane, 0) and c_row(lane, 2).
     LaneRowLimits rows{0u};
-    if constexpr (kMulti) rows = lane_row_limits<Variant>(a, work, mma::c_row(lane, 0), mma::c_row(lane, 2));
+    KeysAllRowsSee all_see{};
+    if constexpr (kMulti) {
+      rows = lane_row_limits<Variant>(a, work, mma::c_row(lane, 0), mma::c_row(lane, 2));
+      all_see = keys_all_rows_see<Variant>(a, work, 0);
+    }
 
     softmax::RowState row = softmax::empty_row();
     float o[Pv::kNBlocks][8];
@@ -130,7 +134,7 @@ struct DecodeCtaSm70 {
         }
         publisher.publish();
         rescale(o, alpha);
-        Pv::run(p_tile, publisher.tile, o, part);
+        pv(a, work, all_see, tiles.start(j), p_tile, publisher.tile, o, part);
         offset_this = offset_next;
         offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j + 2, a.num_pages, bad_page);
       }
@@ -217,6 +221,21 @@ struct DecodeCtaSm70 {
                                    Variant::score(scores, s[i + 1], live > 1, tile_start + token + 1));
       *reinterpret_cast<float2*>(s_tile + pipeline::ScoreTileLayout::offset(mma::c_row(lane, i), token)) = v;
     }
+  }
+
+  // O += P · V of the tile at `start`. kMulti: where it holds keys some rows do not see, with
+  // a NaN or infinite V there, each row takes only its own keys.
+  VXQA_DEVICE static void pv(const DecodeKernelArgs& a, const CtaWork& work, const KeysAllRowsSee& all_see, int start,
+                             const uint8_t* p_tile, const uint8_t* v_tile, float (&o)[Pv::kNBlocks][8], int part) {
+    if constexpr (kMulti) {
+      if (all_see.apart_in(work, start, kTileTokens) &&
+          Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
+        Pv::run_rows_apart(p_tile, v_tile, o, work.heads,
+                           [&](int r) { return row_keys_in_tile<Variant>(a, work, r, start); });
+        return;
+      }
+    }
+    Pv::run(p_tile, v_tile, o, part);
   }
 
   VXQA_DEVICE static void rescale(float (&o)[Pv::kNBlocks][8], const float* alpha) {

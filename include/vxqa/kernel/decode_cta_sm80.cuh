@@ -234,7 +234,8 @@ struct DecodeCtaSm80 {
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[e] = Variant::score(scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
-      softmax_and_pv(s, stage(use) + kVTileOffset, st, o, 0);
+      const uint8_t* v_tile = stage(use) + kVTileOffset;
+      softmax_and_pv(s, st, o, [&](const uint32_t(&p)[2]) { Pv::run(v_tile, p, o); });
       use = next(use);
       fill = next(fill);
     }
@@ -281,6 +282,8 @@ struct DecodeCtaSm80 {
       arch::cp_async_commit();
     };
     const typename Variant::Scores base = Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first);
+    KeysAllRowsSee all_see{};
+    if constexpr (kMulti) all_see = keys_all_rows_see<Variant>(a, work, role.row_tile * 8);
 
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier, k);
@@ -314,13 +317,27 @@ struct DecodeCtaSm80 {
           s[e] = Variant::score(row_scores, s[e], token < work.end, token);
         }
       }
-      softmax_and_pv(s, tile + kVTileOffset, st, o, role.part);
+      const uint8_t* v_tile = tile + kVTileOffset;
+      if constexpr (kMulti) {  // keys some of the warp's rows do not see, with a NaN or inf V there
+        const int start = tiles.start(j);
+        if (all_see.apart_in(work, start, Geometry::kTokens) &&
+            Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
+          softmax_and_pv(s, st, o, [&](const uint32_t(&p)[2]) {
+            Pv::run_rows_apart(v_tile, p, o, min(8, work.heads - role.row_tile * 8),
+                               [&](int r) { return row_keys_in_tile<Variant>(a, work, role.row_tile * 8 + r, start); });
+          });
+          continue;
+        }
+      }
+      softmax_and_pv(s, st, o, [&](const uint32_t(&p)[2]) { Pv::run(v_tile, p, o, role.part); });
     }
   }
 
-  // One tile's masked base-2 scores into the running softmax, then P·V into O (both loops).
-  VXQA_DEVICE static void softmax_and_pv(const float (&s)[4], const uint8_t* v_tile, softmax::HeadPairState& st,
-                                         float (&o)[kMTiles][4], int part) {
+  // One tile's masked base-2 scores into the running softmax, O rescaled, then `pv(p)` adds
+  // P·V into O (both loops).
+  template <class PvStep>
+  VXQA_DEVICE static void softmax_and_pv(const float (&s)[4], softmax::HeadPairState& st, float (&o)[kMTiles][4],
+                                         PvStep pv) {
     uint32_t p[2];
     float alpha[2];
     softmax::register_softmax_step<Geometry::kMmaIn>(st, s, p, alpha);
@@ -331,7 +348,7 @@ struct DecodeCtaSm80 {
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
     }
-    Pv::run(v_tile, p, o, part);
+    pv(p);
   }
 
   // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole

@@ -65,53 +65,121 @@ struct Sm80PvConsumer {
   // p[0], p[1]: the B fragment of Pᵀ (f16x2, bf16x2 for a bf16 cache; tokens 2t..2t+1 and
   // 2t+8..2t+9 of head lane/4). `part`: which kPartDims of the rows (0 but at D 512).
   VXQA_DEVICE static void run(const uint8_t* v_tile, const uint32_t (&p)[2], float (&o)[kMTiles][4], int part = 0) {
-    const int lane = threadIdx.x & 31;
     v_tile += part * Geometry::kPartBytes;
-    const int r = m16n8k16::group(lane);
 #pragma unroll
     for (int v = 0; v < kReads; ++v) {
-      uint32_t w[4][kWordsPerRead];  // [token row j][word]
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint8_t* src = v_tile + Layout::offset(token_row(lane, j), (r + 8 * v) * kReadBytes);
-        if (kReadBytes == 16) {
-          const uint4 x = *reinterpret_cast<const uint4*>(src);
-          const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-          for (int i = 0; i < kWordsPerRead; ++i) w[j][i] = xs[i];
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(src);
-          w[j][0] = x.x;
-          w[j][kWordsPerRead - 1] = x.y;
-        }
-      }
+      uint32_t w[4][kWordsPerRead];
+      load_words(v_tile, v, w);
 #pragma unroll
       for (int i = 0; i < kWordsPerRead; ++i) {
-        if constexpr (kFp8) {
-          // Bytes k of rows (2t, 2t+1) side by side: selector 0x5140 takes bytes 0 and 1 of
-          // both words, 0x7362 bytes 2 and 3; each half of the result is two codes of one dim.
-          const uint32_t lo01 = __byte_perm(w[0][i], w[1][i], 0x5140), hi01 = __byte_perm(w[2][i], w[3][i], 0x5140);
-          const uint32_t lo23 = __byte_perm(w[0][i], w[1][i], 0x7362), hi23 = __byte_perm(w[2][i], w[3][i], 0x7362);
-          const int m = 2 * (v * kWordsPerRead + i);
-          const uint2 l01 = Decode::four(lo01), h01 = Decode::four(hi01);
-          const uint2 l23 = Decode::four(lo23), h23 = Decode::four(hi23);
-          const uint32_t a0[4] = {l01.x, l01.y, h01.x, h01.y};
-          const uint32_t a1[4] = {l23.x, l23.y, h23.x, h23.y};
-          arch::mma_m16n8k16_row_col(o[m], a0, p, o[m]);
-          arch::mma_m16n8k16_row_col(o[m + 1], a1, p, o[m + 1]);  // FP8 decodes to fp16
-        } else {
-          // 16-bit values of rows (2t, 2t+1): low halves are dim +0 (row r), high halves dim +1
-          // (row r+8); p holds P as the same type (register_softmax_step).
-          const int m = v * kWordsPerRead + i;
-          const uint32_t a[4] = {__byte_perm(w[0][i], w[1][i], 0x5410), __byte_perm(w[0][i], w[1][i], 0x7632),
-                                 __byte_perm(w[2][i], w[3][i], 0x5410), __byte_perm(w[2][i], w[3][i], 0x7632)};
-          if constexpr (Geometry::kMmaIn == ActType::kBf16) {
-            arch::mma_m16n8k16_row_col_bf16(o[m], a, p, o[m]);
-          } else {
-            arch::mma_m16n8k16_row_col(o[m], a, p, o[m]);
+        uint32_t a[kMTilesPerWord][4];
+        a_fragments(w, i, a);
+#pragma unroll
+        for (int h = 0; h < kMTilesPerWord; ++h) mma(o[kMTilesPerWord * (v * kWordsPerRead + i) + h], a[h], p);
+      }
+    }
+  }
+
+  // As run(), but row (query head) r of rows_used takes only the tile's tokens in
+  // [keys(r).x, keys(r).y) (relative to the tile): V is 0 for it elsewhere, where run() would
+  // give it 0 · V, NaN for a NaN or infinite V. One pass of MMAs a row: for the rare tile
+  // whose rows see different keys and holds such a V (non_finite_outside).
+  template <class RowKeys>
+  VXQA_DEVICE static void run_rows_apart(const uint8_t* v_tile, const uint32_t (&p)[2], float (&o)[kMTiles][4],
+                                         int rows_used, RowKeys keys, int part = 0) {
+    const int lane = threadIdx.x & 31;
+    v_tile += part * Geometry::kPartBytes;
+#pragma unroll 1
+    for (int r = 0; r < rows_used; ++r) {
+      const int2 seen = keys(r);
+      // Halves of the A registers: tokens (2t, 2t+1) in registers 0 and 1, (2t+8, 2t+9) in 2 and 3.
+      auto keep = [&](int j) { return token_row(lane, j) >= seen.x && token_row(lane, j) < seen.y ? 0xFFFFu : 0u; };
+      const uint32_t mask_lo = keep(0) | keep(1) << 16, mask_hi = keep(2) | keep(3) << 16;
+#pragma unroll
+      for (int v = 0; v < kReads; ++v) {
+        uint32_t w[4][kWordsPerRead];
+        load_words(v_tile, v, w);
+#pragma unroll
+        for (int i = 0; i < kWordsPerRead; ++i) {
+          uint32_t a[kMTilesPerWord][4];
+          a_fragments(w, i, a);
+#pragma unroll
+          for (int h = 0; h < kMTilesPerWord; ++h) {
+            const uint32_t masked[4] = {a[h][0] & mask_lo, a[h][1] & mask_lo, a[h][2] & mask_hi, a[h][3] & mask_hi};
+            float t[4] = {0.f, 0.f, 0.f, 0.f};
+            mma(t, masked, p);
+            float(&acc)[4] = o[kMTilesPerWord * (v * kWordsPerRead + i) + h];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (head_of(lane, e) == r) acc[e] += t[e];
           }
         }
       }
+    }
+  }
+
+  // Whether a V value of the tile's tokens outside [lo, hi) (relative to the tile) is NaN or
+  // infinite, in any part; the same answer on every lane.
+  VXQA_DEVICE static bool non_finite_outside(const uint8_t* v_tile, int lo, int hi) {
+    constexpr int kChunks = Geometry::kRowBytes / 16;
+    bool found = false;
+    for (int i = threadIdx.x & 31; i < Geometry::kTokens * kChunks; i += 32) {
+      const int token = i / kChunks;
+      if (token >= lo && token < hi) continue;
+      const uint4 x = *reinterpret_cast<const uint4*>(v_tile + Layout::offset(token, 16 * (i % kChunks)));
+      found = found || Decode::has_non_finite(x.x) || Decode::has_non_finite(x.y) || Decode::has_non_finite(x.z) ||
+              Decode::has_non_finite(x.w);
+    }
+    return __any_sync(0xffffffffu, found);
+  }
+
+ private:
+  static constexpr int kMTilesPerWord = kFp8 ? 2 : 1;  // a word of four codes feeds two m-tiles
+
+  // Read v of the lane's span from its four token rows, as stored: w[token row j][word].
+  VXQA_DEVICE static void load_words(const uint8_t* v_tile, int v, uint32_t (&w)[4][kWordsPerRead]) {
+    const int lane = threadIdx.x & 31, r = m16n8k16::group(lane);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t* src = v_tile + Layout::offset(token_row(lane, j), (r + 8 * v) * kReadBytes);
+      if (kReadBytes == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(src);
+        const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int i = 0; i < kWordsPerRead; ++i) w[j][i] = xs[i];
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(src);
+        w[j][0] = x.x;
+        w[j][kWordsPerRead - 1] = x.y;
+      }
+    }
+  }
+
+  // The A fragments of word i of a read: m-tiles 2(v·W + i) and + 1 (FP8), or v·W + i.
+  VXQA_DEVICE static void a_fragments(const uint32_t (&w)[4][kWordsPerRead], int i, uint32_t (&a)[kMTilesPerWord][4]) {
+    if constexpr (kFp8) {
+      // Bytes k of rows (2t, 2t+1) side by side: selector 0x5140 takes bytes 0 and 1 of
+      // both words, 0x7362 bytes 2 and 3; each half of the result is two codes of one dim.
+      const uint32_t lo01 = __byte_perm(w[0][i], w[1][i], 0x5140), hi01 = __byte_perm(w[2][i], w[3][i], 0x5140);
+      const uint32_t lo23 = __byte_perm(w[0][i], w[1][i], 0x7362), hi23 = __byte_perm(w[2][i], w[3][i], 0x7362);
+      const uint2 l01 = Decode::four(lo01), h01 = Decode::four(hi01);
+      const uint2 l23 = Decode::four(lo23), h23 = Decode::four(hi23);
+      a[0][0] = l01.x, a[0][1] = l01.y, a[0][2] = h01.x, a[0][3] = h01.y;
+      a[kMTilesPerWord - 1][0] = l23.x, a[kMTilesPerWord - 1][1] = l23.y;
+      a[kMTilesPerWord - 1][2] = h23.x, a[kMTilesPerWord - 1][3] = h23.y;
+    } else {
+      // 16-bit values of rows (2t, 2t+1): low halves are dim +0 (row r), high halves dim +1
+      // (row r+8); p holds P as the same type (register_softmax_step).
+      a[0][0] = __byte_perm(w[0][i], w[1][i], 0x5410), a[0][1] = __byte_perm(w[0][i], w[1][i], 0x7632);
+      a[0][2] = __byte_perm(w[2][i], w[3][i], 0x5410), a[0][3] = __byte_perm(w[2][i], w[3][i], 0x7632);
+    }
+  }
+
+  VXQA_DEVICE static void mma(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&p)[2]) {
+    if constexpr (!kFp8 && Geometry::kMmaIn == ActType::kBf16) {  // FP8 decodes to fp16
+      arch::mma_m16n8k16_row_col_bf16(acc, a, p, acc);
+    } else {
+      arch::mma_m16n8k16_row_col(acc, a, p, acc);
     }
   }
 #endif

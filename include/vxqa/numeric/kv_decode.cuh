@@ -30,6 +30,16 @@ struct KvDecode {
                 "KvDecode: a cache element type is E5M2, E4M3, fp16 or bf16");
   static constexpr bool kConverts = kv_type_is_fp8(kKv);  // fp16 and bf16 are read as they are
 
+  // Whether any element of a 4-byte word of the cache, as stored (four FP8 codes or two
+  // 16-bit values), is NaN or infinite.
+  VXQA_HD static constexpr bool has_non_finite(uint32_t word) {
+    constexpr int kBits = 8 * KvTraits<kKv>::kElemBytes;
+    constexpr uint32_t kMask = KvTraits<kKv>::kNonFiniteBits;
+    bool found = false;
+    for (int shift = 0; shift < 32; shift += kBits) found = found || ((word >> shift) & kMask) == kMask;
+    return found;
+  }
+
 #if VXQA_IS_CUDA_COMPILER
   static constexpr bool kHardware = kKv == KvType::kE4M3 && kE4m3 == E4m3Decode::kAuto && VXQA_HAS_CVT_E4M3;
 

@@ -26,27 +26,33 @@ VXQA_HD const char* kv_type_name(KvType t) {
 // An FP8 format: one byte a code, decoded to fp16 before the MMAs.
 VXQA_HD constexpr bool kv_type_is_fp8(KvType t) { return t == KvType::kE5M2 || t == KvType::kE4M3; }
 
+// kNonFiniteBits: the bits of an element that are all set in exactly its NaN and infinite
+// codes.
 template <KvType kKv>
 struct KvTraits;
 template <>
 struct KvTraits<KvType::kE5M2> {
   static constexpr int kElemBytes = 1;
   static constexpr const char* kName = "e5m2";
+  static constexpr uint32_t kNonFiniteBits = 0x7Cu;  // exponent all ones: ±inf and NaN
 };
 template <>
 struct KvTraits<KvType::kE4M3> {
   static constexpr int kElemBytes = 1;
   static constexpr const char* kName = "e4m3";
+  static constexpr uint32_t kNonFiniteBits = 0x7Fu;  // S.1111.111: NaN (no infinities)
 };
 template <>
 struct KvTraits<KvType::kFp16> {
   static constexpr int kElemBytes = 2;
   static constexpr const char* kName = "fp16";
+  static constexpr uint32_t kNonFiniteBits = 0x7C00u;  // exponent all ones: ±inf and NaN
 };
 template <>
 struct KvTraits<KvType::kBf16> {
   static constexpr int kElemBytes = 2;
   static constexpr const char* kName = "bf16";
+  static constexpr uint32_t kNonFiniteBits = 0x7F80u;  // exponent all ones: ±inf and NaN
 };
 
 }  // namespace vxqa
