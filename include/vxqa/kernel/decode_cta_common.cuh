@@ -58,12 +58,23 @@ VXQA_DEVICE QueryRow query_row(const DecodeKernelArgs& a, const CtaWork& w, int 
 
 // The keys a lane's two accumulator rows (kMultiToken) see within the chunk, in one
 // register: row c sees [w.first + first delta, w.end - end delta). The deltas are 0..15: the
-// tokens' limits lie within max_q_len - 1 of one another (a padded row's are clamped: it is
-// never written).
+// tokens' limits lie within max_q_len - 1 of one another. A padded row (past w.heads, never
+// written) gets deltas 0: every key the CTA reads.
+//
+// A tile's P·V takes each of its keys for all of a warp's rows at once, and a row that does
+// not see a key gives it p = 0; 0 · NaN and 0 · inf are NaN. So a tile holding a key that
+// one of the rows does not see (misses_keys_in), with a NaN or infinite V there, must keep
+// that V from the rows that do not see it (the PV consumers' run_rows_apart).
 struct LaneRowLimits {
   uint32_t packed;  // end deltas in bytes 0 and 1, first deltas in bytes 2 and 3
   VXQA_DEVICE int end(const CtaWork& w, int c) const { return w.end - int((packed >> (8 * c)) & 0xffu); }
   VXQA_DEVICE int first(const CtaWork& w, int c) const { return w.first + int((packed >> (16 + 8 * c)) & 0xffu); }
+  // Whether tile [start, start + tokens), up to the chunk's end, holds a key one of the
+  // lane's rows does not see.
+  VXQA_DEVICE bool misses_keys_in(const CtaWork& w, int start, int tokens) const {
+    const int last = min(start + tokens, w.end);
+    return start < first(w, 0) || start < first(w, 1) || last > end(w, 0) || last > end(w, 1);
+  }
 };
 template <class Variant>
 VXQA_DEVICE LaneRowLimits lane_row_limits(const DecodeKernelArgs& a, const CtaWork& w, int row0, int row1) {
@@ -71,6 +82,7 @@ VXQA_DEVICE LaneRowLimits lane_row_limits(const DecodeKernelArgs& a, const CtaWo
   const int rows[2] = {row0, row1};
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
+    if (rows[c] >= w.heads) continue;
     const QueryRow row = query_row<true, Variant>(a, w, rows[c]);
     const int end_delta = w.end - min(w.end, row.end), first_delta = row.first - w.first;
     packed |= uint32_t(min(max(end_delta, 0), 255)) << (8 * c);
@@ -79,35 +91,23 @@ VXQA_DEVICE LaneRowLimits lane_row_limits(const DecodeKernelArgs& a, const CtaWo
   return LaneRowLimits{packed};
 }
 
-// Multi-token queries: the keys [first, end) that every written row of rows
-// [row_base, row_base + 8) of a CTA sees. A tile's P·V takes each of its keys for all 8 rows
-// at once, and a row that does not see a key gives it p = 0; 0 · NaN and 0 · inf are NaN, so
-// a tile that holds a key outside these, with a NaN or infinite V there, must keep that V
-// from the rows that do not see it (the PV consumers' run_rows_apart).
+// The keys [first, end) every row of the warp's lanes sees.
 struct KeysAllRowsSee {
   int first, end;
-  // Whether tile [start, start + tokens) holds a key below `first` or at `end` or past it,
-  // before the chunk's end.
+  // Whether tile [start, start + tokens), up to the chunk's end, holds a key outside them.
   VXQA_DEVICE bool apart_in(const CtaWork& w, int start, int tokens) const {
     return start < first || min(start + tokens, w.end) > end;
   }
 };
-template <class Variant>
-VXQA_DEVICE KeysAllRowsSee keys_all_rows_see(const DecodeKernelArgs& a, const CtaWork& w, int row_base) {
-  KeysAllRowsSee keys{w.first, w.end};
-  for (int r = row_base; r < min(row_base + 8, w.heads); ++r) {
-    const QueryRow row = query_row<true, Variant>(a, w, r);
-    keys.first = max(keys.first, row.first);
-    keys.end = min(keys.end, row.end);
+VXQA_DEVICE KeysAllRowsSee keys_all_rows_see(const CtaWork& w, const LaneRowLimits& rows) {
+  int first_delta = int(max((rows.packed >> 16) & 0xffu, rows.packed >> 24));
+  int end_delta = int(max(rows.packed & 0xffu, (rows.packed >> 8) & 0xffu));
+#pragma unroll
+  for (int lanes = 16; lanes > 0; lanes >>= 1) {
+    first_delta = max(first_delta, __shfl_xor_sync(0xffffffffu, first_delta, lanes));
+    end_delta = max(end_delta, __shfl_xor_sync(0xffffffffu, end_delta, lanes));
   }
-  return keys;
-}
-
-// The keys of tile [start, ...) that row `r` of a CTA sees, relative to the tile's start.
-template <class Variant>
-VXQA_DEVICE int2 row_keys_in_tile(const DecodeKernelArgs& a, const CtaWork& w, int r, int start) {
-  const QueryRow row = query_row<true, Variant>(a, w, r);
-  return make_int2(row.first - start, row.end - start);
+  return KeysAllRowsSee{w.first + first_delta, w.end - end_delta};
 }
 
 // Fills `w`; false when the CTA has nothing to do. A bad length: with one chunk flagged here

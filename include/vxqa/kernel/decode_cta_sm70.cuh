@@ -81,11 +81,7 @@ struct DecodeCtaSm70 {
 
     // kMulti: the keys of the lane's two accumulator rows, c_row(lane, 0) and c_row(lane, 2).
     LaneRowLimits rows{0u};
-    KeysAllRowsSee all_see{};
-    if constexpr (kMulti) {
-      rows = lane_row_limits<Variant>(a, work, mma::c_row(lane, 0), mma::c_row(lane, 2));
-      all_see = keys_all_rows_see<Variant>(a, work, 0);
-    }
+    if constexpr (kMulti) rows = lane_row_limits<Variant>(a, work, mma::c_row(lane, 0), mma::c_row(lane, 2));
 
     softmax::RowState row = softmax::empty_row();
     float o[Pv::kNBlocks][8];
@@ -103,9 +99,13 @@ struct DecodeCtaSm70 {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) load_piece(staged[s], a, tiles, s, 0, offset_this);
 
-      for (int j = 0; j < tiles.count; ++j) {
-        // K pieces of tile j, then QK and softmax; V pieces, then PV. After publishing a
-        // stage, the same registers load the piece kStages further down the stream.
+      auto next_offsets = [&](int j) {  // the row offsets of tiles j + 1 and j + 2
+        offset_this = offset_next;
+        offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j + 2, a.num_pages, bad_page);
+      };
+      // Tile j up to its P·V: K pieces, then QK and softmax; V pieces, O rescaled. After
+      // publishing a stage, the same registers load the piece kStages further down the stream.
+      auto up_to_pv = [&](int j) {
 #pragma unroll
         for (int k = 0; k < 2 * kPieces; ++k) {
           if (k == 0 || k == kPieces) publisher.wait_readers();
@@ -134,9 +134,32 @@ struct DecodeCtaSm70 {
         }
         publisher.publish();
         rescale(o, alpha);
-        pv(a, work, all_see, tiles.start(j), p_tile, publisher.tile, o, part);
-        offset_this = offset_next;
-        offset_next = tiles.template lane_row_offset<Config::kChecksPageIds>(seq, j + 2, a.num_pages, bad_page);
+      };
+      if constexpr (!kMulti) {
+        for (int j = 0; j < tiles.count; ++j) {
+          up_to_pv(j);
+          Pv::run(p_tile, publisher.tile, o, part);
+          next_offsets(j);
+        }
+      } else {
+        // A tile holding keys some rows do not see leaves the inner loop before its P·V,
+        // which the outer one does (rows_apart_pv), so that the inner loop stays the lean
+        // one. The test is each lane's own rows and a vote: no register held for the CTA's
+        // (its D 128 8-warp Config could not spare one: ptxas spilled).
+        int j = 0;
+        while (j < tiles.count) {
+          for (; j < tiles.count; ++j) {
+            up_to_pv(j);
+            if (__any_sync(0xffffffffu, rows.misses_keys_in(work, tiles.start(j), kTileTokens))) break;
+            Pv::run(p_tile, publisher.tile, o, part);
+            next_offsets(j);
+          }
+          if (j < tiles.count) {
+            rows_apart_pv(work, rows, tiles.start(j), p_tile, publisher.tile, o);
+            next_offsets(j);
+            ++j;
+          }
+        }
       }
     }
 
@@ -223,19 +246,21 @@ struct DecodeCtaSm70 {
     }
   }
 
-  // O += P · V of the tile at `start`. kMulti: where it holds keys some rows do not see, with
-  // a NaN or infinite V there, each row takes only its own keys.
-  VXQA_DEVICE static void pv(const DecodeKernelArgs& a, const CtaWork& work, const KeysAllRowsSee& all_see, int start,
-                             const uint8_t* p_tile, const uint8_t* v_tile, float (&o)[Pv::kNBlocks][8], int part) {
-    if constexpr (kMulti) {
-      if (all_see.apart_in(work, start, kTileTokens) &&
-          Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
-        Pv::run_rows_apart(p_tile, v_tile, o, work.heads,
-                           [&](int r) { return row_keys_in_tile<Variant>(a, work, r, start); });
-        return;
-      }
+  // P·V of a tile holding keys some of the CTA's rows do not see: a P·V a row, each with V
+  // masked to its own keys, where a V there is NaN or inf (0 · NaN would reach the rows that
+  // do not see it); the plain P·V where none is.
+  VXQA_DEVICE static void rows_apart_pv(const CtaWork& work, const LaneRowLimits& rows, int start,
+                                        const uint8_t* p_tile, const uint8_t* v_tile, float (&o)[Pv::kNBlocks][8]) {
+    const KeysAllRowsSee all_see = keys_all_rows_see(work, rows);
+    if (!Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
+      Pv::run(p_tile, v_tile, o);
+      return;
     }
-    Pv::run(p_tile, v_tile, o, part);
+    Pv::run_rows_apart(p_tile, v_tile, o, work.heads, [&](int r) {
+      // Row r's limits are lane (r & 1) + (r & 4 ? 16 : 0)'s, its accumulator rows' (r >> 1) & 1.
+      const LaneRowLimits row{__shfl_sync(0xffffffffu, rows.packed, (r & 1) | (r & 4) << 2)};
+      return make_int2(row.first(work, (r >> 1) & 1) - start, row.end(work, (r >> 1) & 1) - start);
+    });
   }
 
   VXQA_DEVICE static void rescale(float (&o)[Pv::kNBlocks][8], const float* alpha) {

@@ -234,8 +234,9 @@ struct DecodeCtaSm80 {
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[e] = Variant::score(scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
-      const uint8_t* v_tile = stage(use) + kVTileOffset;
-      softmax_and_pv(s, st, o, [&](const uint32_t(&p)[2]) { Pv::run(v_tile, p, o); });
+      uint32_t p[2];
+      softmax_and_rescale(s, st, o, p);
+      Pv::run(stage(use) + kVTileOffset, p, o);
       use = next(use);
       fill = next(fill);
     }
@@ -282,13 +283,13 @@ struct DecodeCtaSm80 {
       arch::cp_async_commit();
     };
     const typename Variant::Scores base = Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first);
-    KeysAllRowsSee all_see{};
-    if constexpr (kMulti) all_see = keys_all_rows_see<Variant>(a, work, role.row_tile * 8);
 
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier, k);
     // Tile j is the k-th that warp u copies: j = k · R + u, counted rather than divided.
-    for (int j = 0, u = 0, k = 0; j < tiles.count; ++j) {
+    int u = 0, k = 0;
+    // Tile j up to its P·V: copies, QK, the masked scores, the softmax (P into p), O rescaled.
+    auto up_to_pv = [&](int j, uint32_t(&p)[2]) {
       if (u == copier) {
         __syncwarp();  // every lane is done with the stage it refills (the stream's barriers
                        // since tile j - R ordered the other warps)
@@ -317,28 +318,57 @@ struct DecodeCtaSm80 {
           s[e] = Variant::score(row_scores, s[e], token < work.end, token);
         }
       }
-      const uint8_t* v_tile = tile + kVTileOffset;
-      if constexpr (kMulti) {  // keys some of the warp's rows do not see, with a NaN or inf V there
-        const int start = tiles.start(j);
-        if (all_see.apart_in(work, start, Geometry::kTokens) &&
-            Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
-          softmax_and_pv(s, st, o, [&](const uint32_t(&p)[2]) {
-            Pv::run_rows_apart(v_tile, p, o, min(8, work.heads - role.row_tile * 8),
-                               [&](int r) { return row_keys_in_tile<Variant>(a, work, role.row_tile * 8 + r, start); });
-          });
-          continue;
+      softmax_and_rescale(s, st, o, p);
+      return tile + kVTileOffset;
+    };
+    if constexpr (!kMulti) {
+      for (int j = 0; j < tiles.count; ++j) {
+        uint32_t p[2];
+        const uint8_t* v_tile = up_to_pv(j, p);
+        Pv::run(v_tile, p, o, role.part);
+      }
+    } else {
+      // A tile holding keys some of the warp's rows do not see leaves the inner loop before
+      // its P·V, which the outer one does (rows_apart_pv), so that the inner loop stays the
+      // lean one.
+      const KeysAllRowsSee all_see = keys_all_rows_see(work, rows);
+      int j = 0;
+      while (j < tiles.count) {
+        uint32_t p[2];
+        const uint8_t* v_tile = nullptr;
+        for (; j < tiles.count; ++j) {
+          v_tile = up_to_pv(j, p);
+          if (all_see.apart_in(work, tiles.start(j), Geometry::kTokens)) break;
+          Pv::run(v_tile, p, o, role.part);
+        }
+        if (j < tiles.count) {
+          rows_apart_pv(work, rows, all_see, role, tiles.start(j), v_tile, p, o);
+          ++j;
         }
       }
-      softmax_and_pv(s, st, o, [&](const uint32_t(&p)[2]) { Pv::run(v_tile, p, o, role.part); });
     }
   }
 
-  // One tile's masked base-2 scores into the running softmax, O rescaled, then `pv(p)` adds
-  // P·V into O (both loops).
-  template <class PvStep>
-  VXQA_DEVICE static void softmax_and_pv(const float (&s)[4], softmax::HeadPairState& st, float (&o)[kMTiles][4],
-                                         PvStep pv) {
-    uint32_t p[2];
+  // P·V of a tile holding keys some of the warp's rows do not see (all_see): a P·V a row,
+  // each with V masked to its own keys, where a V there is NaN or inf (0 · NaN would reach
+  // the rows that do not see it); the plain P·V where none is.
+  VXQA_DEVICE static void rows_apart_pv(const CtaWork& work, const LaneRowLimits& rows, const KeysAllRowsSee& all_see,
+                                        const WarpRole& role, int start, const uint8_t* v_tile, const uint32_t (&p)[2],
+                                        float (&o)[kMTiles][4]) {
+    if (!Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
+      Pv::run(v_tile, p, o, role.part);
+      return;
+    }
+    Pv::run_rows_apart(v_tile, p, o, min(8, work.heads - role.row_tile * 8), [&](int r) {
+      const LaneRowLimits row{__shfl_sync(0xffffffffu, rows.packed, r >> 1)};  // lane t: rows 2t, 2t + 1
+      return make_int2(row.first(work, r & 1) - start, row.end(work, r & 1) - start);
+    });
+  }
+
+  // One tile's masked base-2 scores into the running softmax (P into `p`), and O rescaled
+  // (both loops; P·V follows).
+  VXQA_DEVICE static void softmax_and_rescale(const float (&s)[4], softmax::HeadPairState& st, float (&o)[kMTiles][4],
+                                              uint32_t (&p)[2]) {
     float alpha[2];
     softmax::register_softmax_step<Geometry::kMmaIn>(st, s, p, alpha);
     // Most tiles leave every max where it was: skip the rescale of O then.
@@ -348,7 +378,6 @@ struct DecodeCtaSm80 {
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[m][e] *= alpha[e & 1];
     }
-    pv(p);
   }
 
   // Merges every warp's O fragments by their (m, l), in warp order. A thread takes whole
