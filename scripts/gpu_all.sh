@@ -20,7 +20,7 @@
 #                                        kernels profiled ("ncu"); contexts.json ("contexts");
 #                                        breakdown.log, parts of a step timed alone ("breakdown");
 #                                        timeline.json timeline.log, each CTA's stamps ("timeline")
-#   peer*.json peer.log                  FlashInfer on the same shapes (step "peer": needs
+#   peer*.json peer.log                  FlashInfer on the same shapes, formats.json's too (step "peer": needs
 #                                        its wheels in .peers/, see ../shared/peers/README.md)
 #   torch-build.log torch-pytest.log torch-example.log   the torch package built for this GPU,
 #                                        its pytest suite and example (step "torch":
@@ -269,8 +269,15 @@ step_peer() {
       "$out/peer-variants.json" --variants >>"$out/peer.log" 2>&1
     note "peer on variants: rc $?, $((SECONDS - start)) s"
   fi
+  if [ -f "$out/formats.json" ]; then  # E4M3, bf16 caches and D 512: JIT-compiled here
+    left=$((deadline + 60 - SECONDS))
+    timeout "$left" env PYTHONPATH=/tmp/site python3 bench/flashinfer_peer.py "$out/formats.json" \
+      "$out/peer-formats.json" --formats >>"$out/peer.log" 2>&1
+    note "peer on formats: rc $?, $((SECONDS - start)) s"
+  fi
   [ -f "$out/bench.json" ] || [ -f "$out/contexts.json" ] || [ -f "$out/variants.json" ] ||
-    [ -f "$out/queries.json" ] || note "peer: not run (no bench.json, contexts.json, variants.json nor queries.json)"
+    [ -f "$out/queries.json" ] || [ -f "$out/formats.json" ] ||
+    note "peer: not run (no bench.json, contexts.json, variants.json, queries.json nor formats.json)"
   cat "$out/peer.log"
 }
 
