@@ -505,12 +505,20 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::Warps<6>>>(
         d512, stream, sms, l2, copy, 0, "E5M2, 6 warps"));
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE4M3>>(d512, stream, sms, l2, copy, 0, "E4M3"));
+    // Three stages a warp: 4 warps' 200 KB (one CTA an SM, as two stages' 133 KB), 2 warps'
+    // 100 KB (two CTAs an SM): more bytes in flight an SM.
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
+        d512, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::AsyncStages<3>>>(
+        d512, stream, sms, l2, copy, 0, "E5M2, 2 warps, 3 stages"));
     // B16 x 8K's 128 one-CTA-an-SM chunks leave 4 of 132 SMs idle; B12 x 11K against B12 x
     // 22K fills 132 SMs at both head dims (one CTA an SM at 512, two at 256).
     static const Shape d512_full{"D512 G8 B12 x 11K, page 16", 12, 11264, 16, 8, 1, false};
     static const Shape d256_full{"D256 G8 B12 x 22K, page 16", 12, 22528, 16, 8, 1, false};
     results.push_back(run_shape<E5m2>(d256_full, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>>(d512_full, stream, sms, l2, copy, 0, "E5M2"));
+    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
+        d512_full, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     for (int i : {0, 3}) {
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));
