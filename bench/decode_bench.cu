@@ -3,7 +3,8 @@
 // measured in the same run, prints a table and writes JSON.
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
-//                 --contexts | --breakdown | --variants | --queries | --formats | --profile [--shape N] [--q-len Q]]
+//                 --contexts | --breakdown | --variants | --queries [--shape N] [--q-len Q] | --formats |
+//                 --profile [--shape N] [--q-len Q]]
 // --experiment [--shape N] times the default atom over chunk sizes (one wave of CTAs against
 // several; N: only the N-th sweep);
 // --plans times every shape with its default plan (choose_wave_chunk_tokens in the SM80
@@ -20,7 +21,8 @@
 // runs) against E5M2 on the same shapes, fp16 against bf16 caches (twice the bytes), and
 // head dim 512 against 256 over the same bytes;
 // --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
-// against G 6 over the same KV;
+// against G 6 over the same KV; --shape N (0 or 3) and --q-len Q (1, 2, 4, 8 or 16) keep only
+// that shape's or that q_len's rows (and the plain row; no G 12 rows): a short GPU call;
 // --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
 // plan, for ncu; Q > 1: the --queries rows' multi-token Config (8 warps) with Q tokens a sequence.
 //
@@ -344,7 +346,8 @@ std::string join(const std::vector<int32_t>& v) {
 int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
   int shape_arg = -1;  // --shape N: --profile's shape (default 0), --experiment's sweep (default all)
-  int q_len_arg = 1;   // --q-len Q: --profile's query tokens a sequence
+  int q_len_arg = 1;   // --q-len Q: --profile's query tokens a sequence, --queries' only q_len
+  bool q_len_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const bool has_value = i + 1 < argc;
@@ -355,7 +358,10 @@ int main(int argc, char** argv) {
              k == "--ramp" || k == "--variants" || k == "--queries" || k == "--formats")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
-    else if (k == "--q-len" && has_value) q_len_arg = std::atoi(argv[++i]);
+    else if (k == "--q-len" && has_value) {
+      q_len_arg = std::atoi(argv[++i]);
+      q_len_given = true;
+    }
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
       return 2;
@@ -520,30 +526,42 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
         d512_full, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
+    if ((shape_arg >= 0 && shape_arg != 0 && shape_arg != 3) ||
+        (q_len_given && q_len_arg != 1 && q_len_arg != 2 && q_len_arg != 4 && q_len_arg != 8 && q_len_arg != 16)) {
+      std::fprintf(stderr, "decode_bench --queries: --shape must be 0 or 3, --q-len 1, 2, 4, 8 or 16\n");
+      return 2;
+    }
+    auto keep = [&](int q_len) { return !q_len_given || q_len == q_len_arg; };
     for (int i : {0, 3}) {
+      if (shape_arg >= 0 && i != shape_arg) continue;
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));
       for (int q_len : {1, 2, 4, 8, 16}) {
+        if (!keep(q_len)) continue;
         const std::string name = "multi-token, 8 warps, q_len " + std::to_string(q_len);
         results.push_back(run_shape<Multi>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
       }
       for (int q_len : {1, 2, 4, 8, 16}) {
+        if (!keep(q_len)) continue;
         const std::string name = "multi-token, 6 warps, q_len " + std::to_string(q_len);
         results.push_back(run_shape<Multi6>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
       }
       for (int q_len : {4, 16}) {
+        if (!keep(q_len)) continue;
         const std::string name = "multi-token, 4 warps, q_len " + std::to_string(q_len);
         results.push_back(run_shape<Multi4>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
       }
     }
-    // G 12 (two 8-row tiles) against G 6 over the same KV: the plain Config's two CTAs a KV
-    // head, and the multi-token Config's one.
-    static const Shape g12{"G12 B16 ragged ~17.8K, page 800", 16, 17800, 800, 12, 1, true};
-    static const Shape g12_1k{"G12 B16 x 1K, page 800", 16, 1024, 800, 12, 1, false};
-    for (const Shape* g : {&g12, &g12_1k}) {
-      results.push_back(run_shape<E5m2>(*g, stream, sms, l2, copy, 0, "plain (two CTAs a KV head)"));
-      results.push_back(run_shape<Multi>(*g, stream, sms, l2, copy, 0, "multi-token, 8 warps (one CTA)"));
-      results.push_back(run_shape<Multi4>(*g, stream, sms, l2, copy, 0, "multi-token, 4 warps (one CTA)"));
-      results.push_back(run_shape<Multi6>(*g, stream, sms, l2, copy, 0, "multi-token, 6 warps (one CTA)"));
+    if (shape_arg < 0 && !q_len_given) {
+      // G 12 (two 8-row tiles) against G 6 over the same KV: the plain Config's two CTAs a KV
+      // head, and the multi-token Config's one.
+      static const Shape g12{"G12 B16 ragged ~17.8K, page 800", 16, 17800, 800, 12, 1, true};
+      static const Shape g12_1k{"G12 B16 x 1K, page 800", 16, 1024, 800, 12, 1, false};
+      for (const Shape* g : {&g12, &g12_1k}) {
+        results.push_back(run_shape<E5m2>(*g, stream, sms, l2, copy, 0, "plain (two CTAs a KV head)"));
+        results.push_back(run_shape<Multi>(*g, stream, sms, l2, copy, 0, "multi-token, 8 warps (one CTA)"));
+        results.push_back(run_shape<Multi4>(*g, stream, sms, l2, copy, 0, "multi-token, 4 warps (one CTA)"));
+        results.push_back(run_shape<Multi6>(*g, stream, sms, l2, copy, 0, "multi-token, 6 warps (one CTA)"));
+      }
     }
   } else if (mode == "profile") {  // one shape, for ncu
     const int profile_shape = shape_arg < 0 ? 0 : shape_arg;
