@@ -346,8 +346,7 @@ std::string join(const std::vector<int32_t>& v) {
 int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
   int shape_arg = -1;  // --shape N: --profile's shape (default 0), --experiment's sweep (default all)
-  int q_len_arg = 1;   // --q-len Q: --profile's query tokens a sequence, --queries' only q_len
-  bool q_len_given = false;
+  int q_len_arg = -1;  // --q-len Q: --profile's query tokens a sequence (default 1), --queries' only q_len
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const bool has_value = i + 1 < argc;
@@ -358,10 +357,7 @@ int main(int argc, char** argv) {
              k == "--ramp" || k == "--variants" || k == "--queries" || k == "--formats")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
-    else if (k == "--q-len" && has_value) {
-      q_len_arg = std::atoi(argv[++i]);
-      q_len_given = true;
-    }
+    else if (k == "--q-len" && has_value) q_len_arg = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
       return 2;
@@ -511,12 +507,10 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::Warps<6>>>(
         d512, stream, sms, l2, copy, 0, "E5M2, 6 warps"));
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE4M3>>(d512, stream, sms, l2, copy, 0, "E4M3"));
-    // Three stages a warp: 4 warps' 200 KB (one CTA an SM, as two stages' 133 KB), 2 warps'
-    // 100 KB (two CTAs an SM): more bytes in flight an SM.
+    // Three stages a warp: 4 warps' 200 KB, one CTA an SM as two stages' 133 KB, more bytes in
+    // flight an SM. (2 warps take three stages already: 100 KB, two CTAs an SM.)
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
         d512, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
-    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::Warps<2>, vxqa::opt::AsyncStages<3>>>(
-        d512, stream, sms, l2, copy, 0, "E5M2, 2 warps, 3 stages"));
     // B16 x 8K's 128 one-CTA-an-SM chunks leave 4 of 132 SMs idle; B12 x 11K against B12 x
     // 22K fills 132 SMs at both head dims (one CTA an SM at 512, two at 256).
     static const Shape d512_full{"D512 G8 B12 x 11K, page 16", 12, 11264, 16, 8, 1, false};
@@ -527,11 +521,11 @@ int main(int argc, char** argv) {
         d512_full, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     if ((shape_arg >= 0 && shape_arg != 0 && shape_arg != 3) ||
-        (q_len_given && q_len_arg != 1 && q_len_arg != 2 && q_len_arg != 4 && q_len_arg != 8 && q_len_arg != 16)) {
+        (q_len_arg >= 0 && q_len_arg != 1 && q_len_arg != 2 && q_len_arg != 4 && q_len_arg != 8 && q_len_arg != 16)) {
       std::fprintf(stderr, "decode_bench --queries: --shape must be 0 or 3, --q-len 1, 2, 4, 8 or 16\n");
       return 2;
     }
-    auto keep = [&](int q_len) { return !q_len_given || q_len == q_len_arg; };
+    auto keep = [&](int q_len) { return q_len_arg < 0 || q_len == q_len_arg; };
     for (int i : {0, 3}) {
       if (shape_arg >= 0 && i != shape_arg) continue;
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));
@@ -551,7 +545,7 @@ int main(int argc, char** argv) {
         results.push_back(run_shape<Multi4>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
       }
     }
-    if (shape_arg < 0 && !q_len_given) {
+    if (shape_arg < 0 && q_len_arg < 0) {
       // G 12 (two 8-row tiles) against G 6 over the same KV: the plain Config's two CTAs a KV
       // head, and the multi-token Config's one.
       static const Shape g12{"G12 B16 ragged ~17.8K, page 800", 16, 17800, 800, 12, 1, true};
@@ -569,15 +563,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", vxqa_bench::kShapeCount - 1);
       return 2;
     }
-    if (q_len_arg < 1 || q_len_arg > 16) {
+    const int q_len = q_len_arg < 0 ? 1 : q_len_arg;
+    if (q_len < 1 || q_len > 16) {
       std::fprintf(stderr, "decode_bench: --q-len must be 1..16\n");
       return 2;
     }
-    if (q_len_arg == 1) {
+    if (q_len == 1) {
       results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
     } else {
       results.push_back(run_shape<Multi>(shapes[profile_shape], stream, sms, l2, copy, 0, "multi-token, 8 warps", false,
-                                         {0, 0.f, false, q_len_arg}));
+                                         {0, 0.f, false, q_len}));
     }
   } else {
     for (const Shape& s : vxqa_bench::kShapes) results.push_back(run_shape<E5m2>(s, stream, sms, l2, copy));
