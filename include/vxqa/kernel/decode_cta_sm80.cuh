@@ -120,6 +120,7 @@ struct DecodeCtaSm80 {
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[m][e] = 0.f;
     bool bad_page = false;
+    bool zeroed = false;  // multi-token: a NaN or inf V this lane zeroed (zero_non_finite_outside)
     if (tiles.count > 0) {
       // Tiles start at multiples of 16 tokens, so with pages of a multiple of 16 each tile
       // lies in one page: one block-table id a tile, and strided copies.
@@ -127,11 +128,11 @@ struct DecodeCtaSm80 {
         uint8_t* stream_area = smem + role.stream * role.sharers * Config::kSm80WarpBytes;
         if constexpr (Config::kPageSize != 0) {
           shared_stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, role, rows, tiles, seq, qf, stream_area,
-                                                                    st, o, bad_page);
+                                                                    st, o, bad_page, zeroed);
         } else if (a.page_size % Geometry::kTokens == 0) {
-          shared_stream<true>(a, work, role, rows, tiles, seq, qf, stream_area, st, o, bad_page);
+          shared_stream<true>(a, work, role, rows, tiles, seq, qf, stream_area, st, o, bad_page, zeroed);
         } else {
-          shared_stream<false>(a, work, role, rows, tiles, seq, qf, stream_area, st, o, bad_page);
+          shared_stream<false>(a, work, role, rows, tiles, seq, qf, stream_area, st, o, bad_page, zeroed);
         }
       } else if constexpr (Config::kPageSize != 0) {
         stream<Config::kPageSize % Geometry::kTokens == 0>(a, work, tiles, seq, qf, warp_area, st, o, bad_page);
@@ -149,6 +150,9 @@ struct DecodeCtaSm80 {
     // With several chunks the chunk's error words carry it too (store_head_stats), so
     // this OR may land before or after the kernel zeroes the word.
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
+    if constexpr (kMulti) {
+      if (__syncthreads_or(zeroed)) add_back_non_finite(a, work, rows, tiles, seq, o);
+    }
     float* merge_o = reinterpret_cast<float*>(warp_area);
     float* merge_ml = reinterpret_cast<float*>(warp_area + kMergeOBytes);
 #pragma unroll
@@ -251,7 +255,8 @@ struct DecodeCtaSm80 {
   VXQA_DEVICE static void shared_stream(const DecodeKernelArgs& a, const CtaWork& work, const WarpRole& role,
                                         const LaneRowLimits& rows, const Tiles& tiles, const Sequence& seq,
                                         const typename Qk::QFragments& qf, uint8_t* stream_area,
-                                        softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page) {
+                                        softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page,
+                                        bool& zeroed) {
     const int lane = threadIdx.x & 31;
     const int copier = role.sharer, row_warps = role.sharers;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
@@ -283,6 +288,8 @@ struct DecodeCtaSm80 {
       arch::cp_async_commit();
     };
     const typename Variant::Scores base = Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first);
+    // Multi-token: the keys every row of the CTA (of the stream's warps) sees.
+    const KeysAllRowsSee all_see = kMulti ? cta_keys_all_rows_see(a, work) : KeysAllRowsSee{};
 
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue(k * row_warps + copier, k);
@@ -295,6 +302,14 @@ struct DecodeCtaSm80 {
                        // since tile j - R ordered the other warps)
         issue(j + (kStages - 1) * row_warps, k + kStages - 1);
         arch::cp_async_wait<kStages - 1>();  // tile j has landed (this lane's copies)
+        if constexpr (kMulti) {  // keys some rows do not see: a NaN or inf V there would reach them as 0 · NaN
+          const int start = tiles.start(j);
+          if (all_see.apart_in(work, start, Geometry::kTokens)) {
+            __syncwarp();  // every lane's copies of tile j
+            zeroed |= Pv::zero_non_finite_outside(stage(u, k) + kVTileOffset, all_see.first - start,
+                                                  all_see.end - start);
+          }
+        }
       }
       arch::named_barrier_sync(1 + role.stream, 32 * row_warps);  // ... and every copy, for every warp
       if (j == 0) VXQA_TIMELINE_PROBE(a, kProbeDecodeFirstTile);
@@ -321,48 +336,56 @@ struct DecodeCtaSm80 {
       softmax_and_rescale(s, st, o, p);
       return tile + kVTileOffset;
     };
-    if constexpr (!kMulti) {
-      for (int j = 0; j < tiles.count; ++j) {
-        uint32_t p[2];
-        const uint8_t* v_tile = up_to_pv(j, p);
-        Pv::run(v_tile, p, o, role.part);
-      }
-    } else {
-      // A tile holding keys some of the warp's rows do not see leaves the inner loop before
-      // its P·V, which the outer one does (rows_apart_pv), so that the inner loop stays the
-      // lean one.
-      const KeysAllRowsSee all_see = keys_all_rows_see(work, rows);
-      int j = 0;
-      while (j < tiles.count) {
-        uint32_t p[2];
-        const uint8_t* v_tile = nullptr;
-        for (; j < tiles.count; ++j) {
-          v_tile = up_to_pv(j, p);
-          if (all_see.apart_in(work, tiles.start(j), Geometry::kTokens)) break;
-          Pv::run(v_tile, p, o, role.part);
-        }
-        if (j < tiles.count) {
-          rows_apart_pv(work, rows, all_see, role, tiles.start(j), v_tile, p, o);
-          ++j;
-        }
-      }
+    for (int j = 0; j < tiles.count; ++j) {
+      uint32_t p[2];
+      const uint8_t* v_tile = up_to_pv(j, p);
+      Pv::run(v_tile, p, o, role.part);
     }
   }
 
-  // P·V of a tile holding keys some of the warp's rows do not see (all_see): a P·V a row,
-  // each with V masked to its own keys, where a V there is NaN or inf (0 · NaN would reach
-  // the rows that do not see it); the plain P·V where none is.
-  VXQA_DEVICE static void rows_apart_pv(const CtaWork& work, const LaneRowLimits& rows, const KeysAllRowsSee& all_see,
-                                        const WarpRole& role, int start, const uint8_t* v_tile, const uint32_t (&p)[2],
-                                        float (&o)[kMTiles][4]) {
-    if (!Pv::non_finite_outside(v_tile, all_see.first - start, all_see.end - start)) {
-      Pv::run(v_tile, p, o, role.part);
-      return;
+  // Multi-token: the keys [first, end) every row of the CTA sees (lane l: rows l and l + 32).
+  VXQA_DEVICE static KeysAllRowsSee cta_keys_all_rows_see(const DecodeKernelArgs& a, const CtaWork& work) {
+    const int lane = threadIdx.x & 31;
+    return keys_all_rows_see(work, lane_row_limits<Variant>(a, work, lane, lane + 32));
+  }
+
+  // Multi-token, after the loop: the NaN and inf V values zero_non_finite_outside set to 0 in
+  // the stream's tiles, added to the lane's O of the rows that see them, read again from the
+  // cache. NaN stays NaN and an infinity stays one (both signs: NaN) through the rescales and
+  // the merges, as P·V with P > 0 would have made them.
+  VXQA_DEVICE static void add_back_non_finite(const DecodeKernelArgs& a, const CtaWork& work, const LaneRowLimits& rows,
+                                              const Tiles& tiles, const Sequence& seq, float (&o)[kMTiles][4]) {
+    const int lane = threadIdx.x & 31;
+    const KeysAllRowsSee all_see = cta_keys_all_rows_see(a, work);
+    const uint8_t* v_base = static_cast<const uint8_t*>(a.kv.v);
+    using Decode = typename Config::KvDecoder;
+    for (int j = 0; j < tiles.count; ++j) {
+      const int start = tiles.start(j);
+      if (!all_see.apart_in(work, start, Geometry::kTokens)) continue;
+      for (int key = max(start, work.first); key < min(start + Geometry::kTokens, work.end); ++key) {
+        if (key >= all_see.first && key < all_see.end) continue;  // every row sees it: not zeroed
+        const bool sees[2] = {key >= rows.first(work, 0) && key < rows.end(work, 0),
+                              key >= rows.first(work, 1) && key < rows.end(work, 1)};
+        if (!sees[0] && !sees[1]) continue;
+        bool bad = false;
+        const int64_t offset = Config::kChecksPageIds ? seq.checked_row_offset(uint32_t(key), a.num_pages, bad)
+                                                      : seq.row_offset(uint32_t(key));
+        if (bad) continue;  // flagged in the loop already
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {  // elements 2 half + c: row c of the lane, the same dim
+            const int dim = Pv::dim_of(lane, m, 2 * half);
+            const uint8_t* element = v_base + offset + int64_t(dim) * Config::kElemBytes;
+            const float value = Decode::non_finite_value(Config::kElemBytes == 1
+                                                             ? uint32_t(*element)
+                                                             : uint32_t(*reinterpret_cast<const uint16_t*>(element)));
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+              if (sees[c]) o[m][2 * half + c] += value;
+          }
+      }
     }
-    Pv::run_rows_apart(v_tile, p, o, min(8, work.heads - role.row_tile * 8), [&](int r) {
-      const LaneRowLimits row{__shfl_sync(0xffffffffu, rows.packed, r >> 1)};  // lane t: rows 2t, 2t + 1
-      return make_int2(row.first(work, r & 1) - start, row.end(work, r & 1) - start);
-    });
   }
 
   // One tile's masked base-2 scores into the running softmax (P into `p`), and O rescaled

@@ -80,57 +80,24 @@ struct Sm80PvConsumer {
     }
   }
 
-  // As run(), but row (query head) r of rows_used takes only the tile's tokens in
-  // [keys(r).x, keys(r).y) (relative to the tile): V is 0 for it elsewhere, where run() would
-  // give it 0 · V, NaN for a NaN or infinite V. One pass of MMAs a row: for the rare tile
-  // whose rows see different keys and holds such a V (non_finite_outside).
-  template <class RowKeys>
-  VXQA_DEVICE static void run_rows_apart(const uint8_t* v_tile, const uint32_t (&p)[2], float (&o)[kMTiles][4],
-                                         int rows_used, RowKeys keys, int part = 0) {
-    const int lane = threadIdx.x & 31;
-    v_tile += part * Geometry::kPartBytes;
-#pragma unroll 1
-    for (int r = 0; r < rows_used; ++r) {
-      const int2 seen = keys(r);
-      // Halves of the A registers: tokens (2t, 2t+1) in registers 0 and 1, (2t+8, 2t+9) in 2 and 3.
-      auto keep = [&](int j) { return token_row(lane, j) >= seen.x && token_row(lane, j) < seen.y ? 0xFFFFu : 0u; };
-      const uint32_t mask_lo = keep(0) | keep(1) << 16, mask_hi = keep(2) | keep(3) << 16;
-#pragma unroll
-      for (int v = 0; v < kReads; ++v) {
-        uint32_t w[4][kWordsPerRead];
-        load_words(v_tile, v, w);
-#pragma unroll
-        for (int i = 0; i < kWordsPerRead; ++i) {
-          uint32_t a[kMTilesPerWord][4];
-          a_fragments(w, i, a);
-#pragma unroll
-          for (int h = 0; h < kMTilesPerWord; ++h) {
-            const uint32_t masked[4] = {a[h][0] & mask_lo, a[h][1] & mask_lo, a[h][2] & mask_hi, a[h][3] & mask_hi};
-            float t[4] = {0.f, 0.f, 0.f, 0.f};
-            mma(t, masked, p);
-            float(&acc)[4] = o[kMTilesPerWord * (v * kWordsPerRead + i) + h];
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (head_of(lane, e) == r) acc[e] += t[e];
-          }
-        }
-      }
-    }
-  }
-
-  // Whether a V value of the tile's tokens outside [lo, hi) (relative to the tile) is NaN or
-  // infinite, in any part; the same answer on every lane.
-  VXQA_DEVICE static bool non_finite_outside(const uint8_t* v_tile, int lo, int hi) {
+  // Sets every NaN or infinite V value of the tile's tokens outside [lo, hi) (relative to
+  // the tile) to 0, in every part; whether the lane set one. For the tiles whose keys some
+  // rows do not see: P is 0 there for them, and 0 · NaN would reach them.
+  VXQA_DEVICE static bool zero_non_finite_outside(uint8_t* v_tile, int lo, int hi) {
     constexpr int kChunks = Geometry::kRowBytes / 16;
     bool found = false;
     for (int i = threadIdx.x & 31; i < Geometry::kTokens * kChunks; i += 32) {
       const int token = i / kChunks;
       if (token >= lo && token < hi) continue;
-      const uint4 x = *reinterpret_cast<const uint4*>(v_tile + Layout::offset(token, 16 * (i % kChunks)));
-      found = found || Decode::has_non_finite(x.x) || Decode::has_non_finite(x.y) || Decode::has_non_finite(x.z) ||
-              Decode::has_non_finite(x.w);
+      uint4& x = *reinterpret_cast<uint4*>(v_tile + Layout::offset(token, 16 * (i % kChunks)));
+      const uint4 clean = make_uint4(Decode::zero_non_finite(x.x), Decode::zero_non_finite(x.y),
+                                     Decode::zero_non_finite(x.z), Decode::zero_non_finite(x.w));
+      if (clean.x != x.x || clean.y != x.y || clean.z != x.z || clean.w != x.w) {
+        x = clean;
+        found = true;
+      }
     }
-    return __any_sync(0xffffffffu, found);
+    return found;
   }
 
  private:

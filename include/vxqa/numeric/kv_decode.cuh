@@ -40,7 +40,27 @@ struct KvDecode {
     return found;
   }
 
+  // The word with every NaN or infinite element set to 0.
+  VXQA_HD static constexpr uint32_t zero_non_finite(uint32_t word) {
+    constexpr int kBits = 8 * KvTraits<kKv>::kElemBytes;
+    constexpr uint32_t kMask = KvTraits<kKv>::kNonFiniteBits;
+    constexpr uint32_t kElem = kBits == 32 ? 0xFFFFFFFFu : (1u << kBits) - 1u;
+    for (int shift = 0; shift < 32; shift += kBits)
+      if (((word >> shift) & kMask) == kMask) word &= ~(kElem << shift);
+    return word;
+  }
+
 #if VXQA_IS_CUDA_COMPILER
+  // One element's bits (a code, or a 16-bit value): its value where it is NaN or infinite
+  // (E4M3 has NaN only), else 0.
+  VXQA_DEVICE static float non_finite_value(uint32_t element) {
+    constexpr uint32_t kMask = KvTraits<kKv>::kNonFiniteBits;
+    if ((element & kMask) != kMask) return 0.f;
+    constexpr uint32_t kSign = KvTraits<kKv>::kElemBytes == 1 ? 0x80u : 0x8000u;
+    const bool nan = kKv == KvType::kE4M3 || (element & ~(kMask | kSign)) != 0u;
+    return __int_as_float(nan ? 0x7FC00000 : (element & kSign) ? int(0xFF800000u) : 0x7F800000);
+  }
+
   static constexpr bool kHardware = kKv == KvType::kE4M3 && kE4m3 == E4m3Decode::kAuto && VXQA_HAS_CVT_E4M3;
 
   // Four codes as the bits of two half2: bytes 0,1 -> .x, bytes 2,3 -> .y (each value
