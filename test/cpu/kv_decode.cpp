@@ -1,8 +1,8 @@
-// KvDecode::has_non_finite on the host: for every element type, every code (all 256 FP8
-// codes, all 65,536 16-bit values) in every position of a word, beside finite neighbours,
-// against the float64 reference's decode of that code (written from the formats' specs).
-// The decode CTA bodies trust it to find a NaN or infinite V that the rows of a tile do
-// not all see.
+// KvDecode::has_non_finite and zero_non_finite on the host: for every element type, every
+// code (all 256 FP8 codes, all 65,536 16-bit values) in every position of a word, beside
+// finite neighbours, against the float64 reference's decode of that code (written from the
+// formats' specs). The decode CTA bodies trust them with a NaN or infinite V that the rows
+// of a tile do not all see: found, and set to 0 without touching its neighbours.
 #include <vxqa/numeric/kv_decode.cuh>
 #include <vxqa/testing/decode_reference.h>
 
@@ -37,6 +37,19 @@ void check_every_code(vxqa::reference::KvFormat format) {
                                            << ": has_non_finite " << !want << ", the reference decodes " << value);
         return;
       }
+      // Beside neighbours of 1.0 (finite, not 0): only the code's own bits may go.
+      const uint32_t one = kBits == 8 ? (kKv == vxqa::KvType::kE5M2 ? 0x3Cu : 0x38u)
+                                      : (kKv == vxqa::KvType::kFp16 ? 0x3C00u : 0x3F80u);
+      uint32_t neighbours = 0u;
+      for (int other = 0; other < 32; other += kBits)
+        if (other != shift) neighbours |= one << other;
+      const uint32_t want_word = want ? neighbours : (neighbours | word);
+      if (Decode::zero_non_finite(neighbours | word) != want_word) {
+        FAIL_CHECK(vxqa::kv_type_name(kKv) << " code 0x" << std::hex << code << " at bit " << std::dec << shift
+                                           << ": zero_non_finite gives 0x" << std::hex
+                                           << Decode::zero_non_finite(neighbours | word) << ", not 0x" << want_word);
+        return;
+      }
     }
   }
   // The count the formats define: E5M2 and fp16 2 · (mantissas), E4M3 two NaNs, bf16 2 · 128.
@@ -47,7 +60,8 @@ void check_every_code(vxqa::reference::KvFormat format) {
 
 }  // namespace
 
-TEST_CASE("has_non_finite finds exactly the NaN and infinite codes of every cache type", "[kv_decode]") {
+TEST_CASE("has_non_finite finds, and zero_non_finite zeroes, exactly the NaN and infinite codes of every cache type",
+          "[kv_decode]") {
   check_every_code<vxqa::KvType::kE5M2>(vxqa::reference::KvFormat::kE5M2);
   check_every_code<vxqa::KvType::kE4M3>(vxqa::reference::KvFormat::kE4M3);
   check_every_code<vxqa::KvType::kFp16>(vxqa::reference::KvFormat::kFp16);
