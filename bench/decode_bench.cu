@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <iterator>
 #include <list>
 #include <random>
 #include <string>
@@ -520,8 +521,9 @@ int main(int argc, char** argv) {
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
         d512_full, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
+    static constexpr int kQueryLens[] = {1, 2, 4, 8, 16};
     if ((shape_arg >= 0 && shape_arg != 0 && shape_arg != 3) ||
-        (q_len_arg >= 0 && q_len_arg != 1 && q_len_arg != 2 && q_len_arg != 4 && q_len_arg != 8 && q_len_arg != 16)) {
+        (q_len_arg >= 0 && std::find(std::begin(kQueryLens), std::end(kQueryLens), q_len_arg) == std::end(kQueryLens))) {
       std::fprintf(stderr, "decode_bench --queries: --shape must be 0 or 3, --q-len 1, 2, 4, 8 or 16\n");
       return 2;
     }
@@ -529,12 +531,12 @@ int main(int argc, char** argv) {
     for (int i : {0, 3}) {
       if (shape_arg >= 0 && i != shape_arg) continue;
       results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "plain, q_len 1"));
-      for (int q_len : {1, 2, 4, 8, 16}) {
+      for (int q_len : kQueryLens) {
         if (!keep(q_len)) continue;
         const std::string name = "multi-token, 8 warps, q_len " + std::to_string(q_len);
         results.push_back(run_shape<Multi>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
       }
-      for (int q_len : {1, 2, 4, 8, 16}) {
+      for (int q_len : kQueryLens) {
         if (!keep(q_len)) continue;
         const std::string name = "multi-token, 6 warps, q_len " + std::to_string(q_len);
         results.push_back(run_shape<Multi6>(shapes[i], stream, sms, l2, copy, 0, name, false, {0, 0.f, false, q_len}));
