@@ -349,10 +349,11 @@ struct DecodeCtaSm80 {
     return keys_all_rows_see(work, lane_row_limits<Variant>(a, work, lane, lane + 32));
   }
 
-  // Multi-token, after the loop: the NaN and inf V values zero_non_finite_outside set to 0 in
-  // the stream's tiles, added to the lane's O of the rows that see them, read again from the
-  // cache. NaN stays NaN and an infinity stays one (both signs: NaN) through the rescales and
-  // the merges, as P·V with P > 0 would have made them.
+  // Multi-token, after the loop: where zero_non_finite_outside set a NaN or inf V to 0 in the
+  // stream's tiles (read again from the cache here), the O of the rows that see it becomes
+  // NaN, and stays NaN through the merges. NaN, not the infinity P·V gives where P > 0: the
+  // loop's P of that key is gone, and where it was 0 (a score of -inf, or an underflow) P·V
+  // gives 0 · inf = NaN, which an infinity here would hide (the sweep's seeds 24, 321, 868).
   VXQA_DEVICE static void add_back_non_finite(const DecodeKernelArgs& a, const CtaWork& work, const LaneRowLimits& rows,
                                               const Tiles& tiles, const Sequence& seq, float (&o)[kMTiles][4]) {
     const int lane = threadIdx.x & 31;
@@ -377,12 +378,12 @@ struct DecodeCtaSm80 {
           for (int half = 0; half < 2; ++half) {  // elements 2 half + c: row c of the lane, the same dim
             const int dim = Pv::dim_of(lane, m, 2 * half);
             const uint8_t* element = v_base + offset + int64_t(dim) * Config::kElemBytes;
-            const float value = Decode::non_finite_value(Config::kElemBytes == 1
-                                                             ? uint32_t(*element)
-                                                             : uint32_t(*reinterpret_cast<const uint16_t*>(element)));
+            const uint32_t bits =
+                Config::kElemBytes == 1 ? uint32_t(*element) : uint32_t(*reinterpret_cast<const uint16_t*>(element));
+            if (!Decode::has_non_finite(bits)) continue;  // the other elements of a word: 0, finite
 #pragma unroll
             for (int c = 0; c < 2; ++c)
-              if (sees[c]) o[m][2 * half + c] += value;
+              if (sees[c]) o[m][2 * half + c] = __int_as_float(0x7FC00000);
           }
       }
     }

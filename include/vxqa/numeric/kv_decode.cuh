@@ -51,16 +51,6 @@ struct KvDecode {
   }
 
 #if VXQA_IS_CUDA_COMPILER
-  // One element's bits (a code, or a 16-bit value): its value where it is NaN or infinite
-  // (E4M3 has NaN only), else 0.
-  VXQA_DEVICE static float non_finite_value(uint32_t element) {
-    constexpr uint32_t kMask = KvTraits<kKv>::kNonFiniteBits;
-    if ((element & kMask) != kMask) return 0.f;
-    constexpr uint32_t kSign = KvTraits<kKv>::kElemBytes == 1 ? 0x80u : 0x8000u;
-    const bool nan = kKv == KvType::kE4M3 || (element & ~(kMask | kSign)) != 0u;
-    return __int_as_float(nan ? 0x7FC00000 : (element & kSign) ? int(0xFF800000u) : 0x7F800000);
-  }
-
   static constexpr bool kHardware = kKv == KvType::kE4M3 && kE4m3 == E4m3Decode::kAuto && VXQA_HAS_CVT_E4M3;
 
   // Four codes as the bits of two half2: bytes 0,1 -> .x, bytes 2,3 -> .y (each value
