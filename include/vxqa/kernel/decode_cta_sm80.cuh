@@ -380,10 +380,10 @@ struct DecodeCtaSm80 {
             const uint8_t* element = v_base + offset + int64_t(dim) * Config::kElemBytes;
             const uint32_t bits =
                 Config::kElemBytes == 1 ? uint32_t(*element) : uint32_t(*reinterpret_cast<const uint16_t*>(element));
-            if (!Decode::has_non_finite(bits)) continue;  // the other elements of a word: 0, finite
+            if (!Decode::has_non_finite(bits)) continue;  // one element; the zero bits above it are finite
 #pragma unroll
             for (int c = 0; c < 2; ++c)
-              if (sees[c]) o[m][2 * half + c] = __int_as_float(0x7FC00000);
+              if (sees[c]) o[m][2 * half + c] = quiet_nan();
           }
       }
     }
