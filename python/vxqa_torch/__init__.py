@@ -116,7 +116,8 @@ def decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_cache_dtype="auto",
     sinks        None (default), or float32 [num_q_heads] on q's device, contiguous: one
                  natural-log logit a query head that joins its softmax denominator with no
                  value row (gpt-oss); lse includes it. Read at every launch. A length-0
-                 sequence then gives out 0 and lse = its sink.
+                 sequence then gives out 0 and lse = its sink. A head's -inf: that head has
+                 no sink (lse -inf for a length-0 sequence).
     q_indptr     None (default): row b of q is sequence b's one query token. Or int32
                  [batch + 1] on q's device, contiguous, non-decreasing from 0 (vLLM's
                  query_start_loc, FlashInfer's qo_indptr; batch = block_table.size(0)):

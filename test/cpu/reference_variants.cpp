@@ -465,7 +465,7 @@ TEST_CASE("random problems without the new options are byte for byte what they w
 }
 
 TEST_CASE("random problems: multi-token rows, lengths and sinks", "[reference_variants]") {
-  int ragged_seen = 0, zero_rows = 0, raised = 0, sinks_above = 0, sinks_below = 0;
+  int ragged_seen = 0, zero_rows = 0, raised = 0, sinks_above = 0, sinks_below = 0, no_sink = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     RandomProblemOptions o = small_options(6, 4, 0, 12);
     o.q_len = 6, o.ragged = seed % 2 == 0, o.sinks = true;
@@ -492,6 +492,10 @@ TEST_CASE("random problems: multi-token rows, lengths and sinks", "[reference_va
     in.sinks = nullptr;
     const DecodeOutput r = decode_reference(in);
     for (int hq = 0; hq < p.query_heads(); ++hq) {
+      if (hq + 1 == p.query_heads() && p.sinks[hq] == -std::numeric_limits<float>::infinity()) {
+        ++no_sink;  // the last head without a sink, in about half the problems
+        continue;
+      }
       REQUIRE(std::isfinite(p.sinks[hq]));
       for (int64_t row = 0; row < p.num_tokens; ++row) {
         const double lse = r.lse[lse_at(p, row, hq)];
@@ -505,6 +509,36 @@ TEST_CASE("random problems: multi-token rows, lengths and sinks", "[reference_va
   CHECK(raised > 0);
   CHECK(sinks_above > 100);
   CHECK(sinks_below > 100);
+  CHECK(no_sink >= 10);
+  CHECK(no_sink <= 30);
+}
+
+// A sink of -inf is a head without one: the reference, the bound and the empty rows' LSE
+// are those of no sink (a -inf |sink| once made the combine's term, and the LSE bound, inf).
+TEST_CASE("a head whose sink is -inf is a head without a sink", "[reference_variants]") {
+  RandomProblemOptions o = small_options(4, 5, 0, 0);
+  o.seq_lens = {9, 0, 4, 300};
+  o.q_len = 3, o.ragged = true, o.sinks = true;
+  RandomProblem p = make_random_problem(o, 61);
+  p.sinks.back() = -std::numeric_limits<float>::infinity();
+  const int last = p.query_heads() - 1;
+  DecodeInputs plain = p.inputs();
+  plain.sinks = nullptr;
+  const DecodeOutput with = decode_reference(p.inputs()), without = decode_reference(plain);
+  const ErrorModel m_with = decode_error_model(p.inputs(), with, 64), m_without = decode_error_model(plain, without, 64);
+  for (int64_t row = 0; row < p.num_tokens; ++row) {
+    const size_t i = lse_at(p, row, last);
+    INFO("row " << row);
+    CHECK(with.lse[i] == without.lse[i]);
+    CHECK(std::isfinite(m_with.lse_fixed[i]));
+    CHECK(m_with.lse_fixed[i] == m_without.lse_fixed[i]);
+    CHECK(m_with.lse_sigma[i] == m_without.lse_sigma[i]);
+    for (int d = 0; d < p.head_dim; ++d) {
+      const size_t e = i * p.head_dim + d;
+      CHECK(with.out[e] == without.out[e]);
+      CHECK(m_with.out_fixed[e] == m_without.out_fixed[e]);
+    }
+  }
 }
 
 TEST_CASE("random problems: multi-token keeps the cache and each sequence's last query row", "[reference_variants]") {

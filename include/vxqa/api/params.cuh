@@ -65,7 +65,8 @@ struct DecodeParams {
   // (Gemma 2; FlashInfer's logits_soft_cap); 0: off.
   float logit_softcap = 0.f;
   // sinks: fp32 [Hq], device: one logit (natural log) a query head that joins its softmax
-  // denominator with no value row (gpt-oss), and its LSE; null: none.
+  // denominator with no value row (gpt-oss), and its LSE; null: none. A head's -inf: that
+  // head has none (a sequence without tokens then gives it LSE -inf, as without sinks).
   const float* sinks = nullptr;
 
   // Multi-token queries (a Config with opt::MaxQueryLen<N>, N > 1: speculative-decoding

@@ -199,9 +199,10 @@ inline Comparison compare_with_reference(const DecodeOutput& ref, const ErrorMod
                                0x1p-22 * (std::fabs(want) + error) + conversion;
           detail::check(&c, expect[b], fp16_to_double(ours.out[i]), want, 0.0, bound, b, h, d, token);
         }
-        // An empty row's LSE: −inf exactly, or the sink (fp32 log2(e) and ln 2 on the way).
+        // An empty row's LSE: −inf exactly (no sink, or a sink of −inf), or the sink (fp32
+        // log2(e) and ln 2 on the way).
         const double empty = layout.sinks != nullptr ? static_cast<double>(layout.sinks[h]) : -inf;
-        const double empty_bound = layout.sinks != nullptr ? 0x1p-20 * (std::fabs(empty) + 1) : 0.0;
+        const double empty_bound = std::isfinite(empty) ? 0x1p-20 * (std::fabs(empty) + 1) : 0.0;
         detail::check(&c, expect[b], ours.lse[row], ref.lse[row], empty, lse_bound(model, row, bounds), b, h, -1,
                       token, empty_bound);
       }

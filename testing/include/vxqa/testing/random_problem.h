@@ -125,7 +125,8 @@ struct RandomProblemOptions {
   // One fp32 sink logit per query head, uniform in [max̂ − 3, lsê + 3], where max̂ and lsê
   // are a typical row's largest score and log-sum-exp (from the score spread that q ~ N(0, 1)
   // and K ~ U[-2, 2] give, over the mean number of keys a row sees): from a sink that barely
-  // counts to one that outweighs every key.
+  // counts to one that outweighs every key; in half the problems the last head's is -inf
+  // (a head without a sink).
   bool sinks = false;
   // Query tokens per sequence: 0 or 1: one, q [B, Hq, D] and no q_indptr (as before).
   // > 1: q_len each (ragged: n_b uniform in 1..q_len, and with more than one sequence about
@@ -454,6 +455,9 @@ inline RandomProblem make_random_problem(const RandomProblemOptions& o, uint64_t
     }
     for (int hq = 0; hq < p.query_heads(); ++hq)
       p.sinks.push_back(static_cast<float>(max_hat - 3 + extra_unit() * (lse_hat - max_hat + 6)));
+    // Half the problems give their last head a sink of -inf: a head without one (vLLM's
+    // gpt-oss layers pass one tensor for every head).
+    if (p.query_heads() > 1 && extra_unit() < 0.5) p.sinks.back() = -std::numeric_limits<float>::infinity();
   }
   return p;
 }
