@@ -168,16 +168,15 @@ VXQA_DEVICE int64_t partial_slot(const DecodeKernelArgs& a, const CtaWork& w, co
 }
 
 // The head's LSE (one chunk, when asked for), or the chunk's partial LSE and error word,
-// from its merged base-2 m and l (the sum of P). With one chunk (m, l) hold the head's sink
-// (AttentionVariant::fold_sink), which is the LSE even without a token; without a token and
-// without a sink (or with a sink of -inf) l is 0 and the LSE -inf. Live tokens with l = 0
-// (every score -inf) give NaN, as does a NaN sink.
+// from its merged base-2 m and l (the sum of P). `sink_folded`: one chunk's (m, l) hold a
+// sink (AttentionVariant::fold_sink), which is the LSE even without a token; a sink of -inf
+// (a head without one) leaves l = 0 there, and the LSE -inf as without sinks.
 VXQA_DEVICE void store_head_stats(const DecodeKernelArgs& a, const CtaWork& w, const QueryRow& row, float m,
-                                  float l, bool bad_page) {
+                                  float l, bool bad_page, bool sink_folded = false) {
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     if (a.lse) {
-      const float lse = bad_page ? nan : !w.live() && l == 0.f ? negative_infinity()
+      const float lse = bad_page ? nan : !w.live() && (!sink_folded || l == 0.f) ? negative_infinity()
                                        : l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : nan;
       a.lse[int64_t(row.out_row) * (a.num_kv_heads * a.group_size) + row.q_head] = lse;
     }
@@ -233,7 +232,7 @@ struct HeadRow {
 // output, with several the chunk's partial O.
 template <int kHeadDim, ActType kOut>
 VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, const QueryRow& row, int dim,
-                                   float m, float l, float o, bool bad_page) {
+                                   float m, float l, float o, bool bad_page, bool sink_folded = false) {
   const float nan = quiet_nan();
   if (a.num_chunks == 1) {
     // l = 0 with live tokens: every live score was -inf, and o / l = 0 / 0 = NaN.
@@ -242,7 +241,7 @@ VXQA_DEVICE void store_head_result(const DecodeKernelArgs& a, const CtaWork& w, 
   } else {
     a.partial_o[partial_slot(a, w, row) * kHeadDim + dim] = bad_page ? nan : l == 0.f ? o : o / l;
   }
-  if (dim == 0) store_head_stats(a, w, row, m, l, bad_page);
+  if (dim == 0) store_head_stats(a, w, row, m, l, bad_page, sink_folded);
 }
 
 // The scores' base-2 scale a Config's CTA applies: the launch's, times what its cache's

@@ -290,11 +290,15 @@ struct DecodeCtaSm70 {
         o += warp_o(smem, t, part)[MergeLayout::index(head, part_dim)] * weight;
       }
       const QueryRow row = query_row<kMulti, Variant>(a, work, head);
+      bool sink_folded = false;
       if constexpr (Variant::kSinks) {
-        if (a.num_chunks == 1 && a.sinks) o *= Variant::fold_sink(Variant::sink_log2(a, row.q_head), m, l);
+        if (a.num_chunks == 1 && a.sinks) {
+          o *= Variant::fold_sink(Variant::sink_log2(a, row.q_head), m, l);
+          sink_folded = true;
+        }
       }
       o *= Config::KvDecoder::factor();  // what the decoded V is short of (1 but for E4M3's bit-move)
-      store_head_result<kD, Config::kQo>(a, work, row, dim, m, l, o, bad_page);
+      store_head_result<kD, Config::kQo>(a, work, row, dim, m, l, o, bad_page, sink_folded);
     }
   }
 

@@ -450,17 +450,19 @@ struct DecodeCtaSm80 {
     // With one chunk a head's sink joins its (m, l) here (with several, in the combine); the
     // warps' weights stay in the old frame, so the factor goes into the rows' scale.
     float fold[2] = {1.f, 1.f};
+    bool sink_folded = false;
     if constexpr (Variant::kSinks) {
       if (a.num_chunks == 1 && a.sinks) {
         fold[0] = Variant::fold_sink(Variant::sink_log2(a, q0.q_head), mx[0], l[0]);
         if (second) fold[1] = Variant::fold_sink(Variant::sink_log2(a, q1.q_head), mx[1], l[1]);
+        sink_folded = true;
       }
     }
     const Row row0(a, work, q0, l[0], __fdividef(out_scale * fold[0], l[0]), bad_page);
     const Row row1(a, work, q1, l[1], __fdividef(out_scale * fold[1], l[1]), bad_page);
     if (role.stream == 0 && role.part == 0 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
-      store_head_stats(a, work, q0, mx[0], l[0], bad_page);
-      if (second) store_head_stats(a, work, q1, mx[1], l[1], bad_page);
+      store_head_stats(a, work, q0, mx[0], l[0], bad_page, sink_folded);
+      if (second) store_head_stats(a, work, q1, mx[1], l[1], bad_page, sink_folded);
     }
     if (a.num_chunks == 1) {
       write_fragments<false>(smem, role, weight, row0, row1, second);
