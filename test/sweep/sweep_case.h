@@ -770,9 +770,14 @@ inline SweepCase draw_case(uint64_t seed) {
   c.v_scale_on_device = r.chance(35);
   c.graph = r.chance(20);
   // The attention variant (drawn after everything else: the draws above are what they
-  // were): a third of the finite cases, run by the Configs with every flag (at D 512 E5M2's
-  // only).
-  if (c.cls == CaseClass::kFinite && r.chance(33) && (o.head_dim != 512 || o.format == KvFormat::kE5M2))
+  // were): a third of the finite cases and 30 % of the injected non-finite ones (NaN/inf
+  // under a window, a soft-cap's tanh of ±inf, a sink beside -inf scores; not a masked tail,
+  // whose -inf scores a soft-cap would make finite), run by the Configs with every flag (at
+  // D 512 E5M2's only).
+  const int variant_chance = c.cls == CaseClass::kFinite                           ? 33
+                             : c.cls == CaseClass::kNonFinite && c.masked.seq < 0 ? 30
+                                                                                  : 0;
+  if (variant_chance > 0 && r.chance(variant_chance) && (o.head_dim != 512 || o.format == KvFormat::kE5M2))
     detail::draw_variant(r, &c);
   // A bf16 cache (the SM80 body's bf16 MMA, bf16 q): drawn last, from a third of the plain
   // single-token E5M2 cases with bf16 q (its Configs take no variant or multi-token case;

@@ -78,6 +78,8 @@ inline std::vector<std::string> coverage_items(const SweepCase& c, const std::ve
     if (o.window > 0 && c.plan.max_window > 0) items.insert(std::string("plan cut over the window, ") + atom_words(info));
     if (o.logit_softcap > 0.f) items.insert(std::string("logit soft-cap, ") + atom_words(info));
     if (o.sinks) items.insert(std::string("attention sinks, ") + atom_words(info));
+    if (c.variant_flags() && c.cls == CaseClass::kNonFinite)
+      items.insert(std::string("a variant with NaN/inf inputs, ") + atom_words(info));
     if (c.multi_token()) {
       const std::string atom = atom_words(info);
       items.insert(std::string("multi-token ") + q_len_bucket(c) + ", " + atom);
