@@ -242,9 +242,10 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
           // frame): nothing overflows whatever the sink. L = l · ks + w. Without a sink ks = 1.
           double ks = 1, w = 0, e2_w = 0;
           double max2 = std::fabs(max) * kLog2e;
-          // A sink of -inf (a head without one) weighs nothing and moves no frame.
-          if (in.sinks != nullptr && in.sinks[first_head + g] != -std::numeric_limits<float>::infinity()) {
-            const double sink = in.sinks[first_head + g], frame = std::max(max, sink);
+          // No sinks, or a sink of -inf (a head without one): no weight, and no frame moved.
+          const double sink = in.sinks != nullptr ? in.sinks[first_head + g] : -std::numeric_limits<double>::infinity();
+          if (sink != -std::numeric_limits<double>::infinity()) {
+            const double frame = std::max(max, sink);
             ks = std::exp(max - frame);
             w = std::exp(sink - frame);
             e2_w = (kSinkEps * w) * (kSinkEps * w) / 3;
