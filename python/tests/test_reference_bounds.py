@@ -525,6 +525,26 @@ def test_the_variants_terms_by_hand():
     assert want.model.lse_sigma[0, 0].item() == 0 and close(want.model.lse_fixed[0, 0].item(), 2.0**-20 * 4)
 
 
+def test_a_row_whose_every_score_is_minus_inf_is_nan_unless_a_sink_weighs():
+    """K holds -inf, q > 0: both scores -inf. The softmax is 0 / 0: out and lse NaN, as the C++
+    reference (decode_reference.h) and the kernels ("an all -inf row is NaN",
+    test/gpu/decode_nonfinite.cu) have it, not logsumexp's -inf; a sink of -inf is none. A
+    finite sink is the one weight: out 0, lse = the sink."""
+    k = torch.tensor([[-math.inf, 1.0, 0.0, 0.0], [-math.inf, -2.0, 0.0, 0.0]]).half()
+    v = torch.tensor([[0.5, -1.5, 2.0, 8.0], [-0.25, 1.0, 1.0, -3.0]]).half()
+    k_cache, v_cache = k.view(1, 2, 1, 4), v.view(1, 2, 1, 4)
+    q = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]], dtype=torch.half)
+    table, lens = torch.zeros(1, 1, dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    for sinks in (None, torch.tensor([-math.inf])):
+        out, lse = decode_reference(q, k_cache, v_cache, table, lens, 0.5, sinks=sinks)
+        assert out.isnan().all() and lse.isnan().all()
+    out, lse = decode_reference(q, k_cache, v_cache, table, lens, 0.5, sinks=torch.tensor([1.5]))
+    assert out.eq(0).all() and lse.item() == 1.5
+    q[0, 0, 0] = 0.0  # q . k = 0 * -inf: NaN scores, NaN whatever the sink
+    out, lse = decode_reference(q, k_cache, v_cache, table, lens, 0.5, sinks=torch.tensor([1.5]))
+    assert out.isnan().all() and lse.isnan().all()
+
+
 def variant_problem(seed, variant, lengths, *, head_dim=64, page_size=16, cache_dtype=torch.uint8,
                     q_dtype=torch.float16, device="cpu", window=None):
     """A problem of `lengths` with a VARIANTS variant: q 3x larger (scores of a few units,

@@ -2,7 +2,8 @@
 
 It gathers each sequence's pages through the block table, dequantizes them (E5M2 or E4M3
 codes, or fp16 or bf16 values, times the scale) and takes the softmax in float64. A length-0 sequence gives
-out 0 and lse -inf, as the kernel does. The cache's format is its dtype's, or with keyword
+out 0 and lse -inf, as the kernel does; a row whose every score is -inf (an inf in K), NaN in
+both. The cache's format is its dtype's, or with keyword
 kv_cache_dtype vLLM's string as the ops read it (dequantize).
 
 The attention variants, from their definitions (keyword arguments, each off by default):
@@ -163,6 +164,9 @@ def decode_reference(q, k_cache, v_cache, block_table, seq_lens, softmax_scale=N
                 scores = cap * torch.tanh(scores / cap)
             logits = scores if sink is None else torch.cat([scores, sink[..., None]], dim=-1)  # the sink: no value
             row_lse = torch.logsumexp(logits, dim=-1)
+            # Every logit -inf (no sink, or a -inf one): logsumexp's -inf, but the softmax is
+            # 0 / 0, so lse NaN beside out NaN, as the C++ reference and the kernels have it.
+            row_lse = torch.where(logits.amax(dim=-1) == -math.inf, math.nan, row_lse)
             weights = torch.exp(scores - row_lse[..., None])
             out[row] = torch.einsum("hgt,thd->hgd", weights, v).reshape(q_heads, head_dim)
             lse[row] = row_lse.reshape(q_heads)

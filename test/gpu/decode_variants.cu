@@ -3,7 +3,7 @@
 // and many, on both atoms (this file is in both GPU binaries). Windows shorter than a page,
 // longer than the context and cutting mid-page; garbage block-table ids and NaN rows before
 // the window, which must never be read; a plan cut over the window; sinks of a sequence
-// without tokens.
+// without tokens; NaN and inf inputs under each variant.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -204,6 +204,109 @@ void sinks_without_tokens(uint64_t seed) {
 TEST_CASE("sinks of a sequence without tokens: O = 0, LSE = the sink (-inf for a head without one)", "[decode_variants]") {
   sinks_without_tokens<AllD128>(12800);
   sinks_without_tokens<AllD64Fp16Page16>(12810);
+}
+
+namespace {
+
+// Non-finite inputs under each variant: what the variant changes about them, from the float64
+// reference (whose pattern each case first checks, so that the test checks what it says).
+//  - sinks: a head whose every score is -inf has the sink as its only weight (O = 0, LSE = the
+//    sink), where without one it is NaN (0 / 0); a head whose sink is -inf keeps the NaN;
+//  - soft-cap: cap · tanh(±inf / cap) = ±cap, so an infinite score is a finite logit and its
+//    head stays finite, where without a cap +inf makes it NaN; a NaN score stays NaN;
+//  - window: an infinite K inside the window makes its group NaN, one before it nothing;
+//  - all three: a NaN V inside the window is NaN at its dim, one before it nothing.
+// Under one chunk and chunks of one SM80 round (the masked chunks then are whole chunks).
+template <class Config>
+void non_finite_under_the_variants(uint64_t seed) {
+  const int D = Config::kHeadDim;
+  const float inf = std::numeric_limits<float>::infinity();
+  auto code = [](const RandomProblem& p, double x) -> uint32_t {
+    const bool e5m2 = p.format == vxqa::reference::KvFormat::kE5M2;
+    if (std::isnan(x)) return e5m2 ? 0x7Fu : 0x7E00u;
+    return x > 0 ? (e5m2 ? 0x7Cu : 0x7C00u) : (e5m2 ? 0xFCu : 0xFC00u);
+  };
+  // q = +1 at dim `dim` for the group of KV head `kv` in sequence `b`, so K = ±inf there makes
+  // that token's scores ±inf.
+  auto aim = [&](RandomProblem& p, int b, int kv, int dim) {
+    for (int g = 0; g < p.group; ++g) p.q[(size_t(b) * p.query_heads() + kv * p.group + g) * D + dim] = 0x3C00;
+  };
+  struct Expected {
+    int b, first_head, heads, nan_dims;  // nan_dims: D (whole heads), or dims a head
+  };
+  // The reference's NaN outputs are exactly those of `nan`; returns the reference.
+  auto reference_has = [&](const RandomProblem& p, const std::vector<Expected>& nan) {
+    const vxqa::reference::DecodeOutput ref = vxqa::reference::decode_reference(p.inputs());
+    size_t want = 0, got = 0;
+    for (const Expected& e : nan) want += size_t(e.heads) * e.nan_dims;
+    for (double x : ref.out) got += std::isnan(x);
+    INFO("the reference's NaN outputs");
+    REQUIRE(got == want);
+    for (const Expected& e : nan)
+      for (int h = e.first_head; h < e.first_head + e.heads; ++h) {
+        INFO("reference, seq " << e.b << " head " << h);
+        REQUIRE(std::isnan(ref.out[(size_t(e.b) * p.query_heads() + h) * D + (e.nan_dims == D ? 0 : 5)]));
+        REQUIRE(std::isnan(ref.lse[size_t(e.b) * p.query_heads() + h]) == (e.nan_dims == D));
+      }
+    return ref;
+  };
+  const std::vector<int32_t> lens = {600, 900, 333};
+  for (int chunk : {0, Config::kChunkMultiple}) {
+    {  // sinks: sequence 1, KV head 1, every score -inf; its last head's sink -inf
+      RandomProblem p = vxqa::reference::make_random_problem(variant_options<Config>({0, 0.f, true}, 16, lens), seed++);
+      aim(p, 1, 1, 2);
+      for (int t = 0; t < lens[1]; ++t) p.store(p.k_offset + p.element_index(1, t, 1, 2), code(p, -inf));
+      for (int h = 0; h < p.query_heads() - 1; ++h)
+        if (!std::isfinite(p.sinks[h])) p.sinks[h] = 1.5f;
+      p.sinks.back() = -inf;
+      const vxqa::reference::DecodeOutput ref = reference_has(p, {{1, p.query_heads() - 1, 1, D}});
+      for (int h = p.group; h < p.query_heads() - 1; ++h) {
+        INFO("reference, seq 1 head " << h << ": the sink alone");
+        REQUIRE(ref.lse[size_t(1) * p.query_heads() + h] == double(p.sinks[h]));
+        REQUIRE(ref.out[(size_t(1) * p.query_heads() + h) * D] == 0.0);
+      }
+      INFO("sinks beside -inf scores, chunk " << chunk);
+      variant_matches_reference<Config>(p, chunk);
+    }
+    {  // soft-cap 20: sequence 0, KV head 0, +inf at token 100 and -inf at [200, 300): finite;
+       // sequence 2, KV head 1, NaN K at token 50: NaN
+      RandomProblem p = vxqa::reference::make_random_problem(variant_options<Config>({0, 20.f, false}, 16, lens), seed++);
+      aim(p, 0, 0, 2);
+      p.store(p.k_offset + p.element_index(0, 100, 0, 2), code(p, inf));
+      for (int t = 200; t < 300; ++t) p.store(p.k_offset + p.element_index(0, t, 0, 2), code(p, -inf));
+      p.store(p.k_offset + p.element_index(2, 50, 1, 7), code(p, std::nan("")));
+      reference_has(p, {{2, p.group, p.group, D}});
+      INFO("soft-cap of infinite scores, chunk " << chunk);
+      variant_matches_reference<Config>(p, chunk);
+    }
+    {  // window 37: +inf K in the window (sequence 1, KV head 0) and before it (KV head 1)
+      RandomProblem p = vxqa::reference::make_random_problem(variant_options<Config>({37, 0.f, false}, 16, lens), seed++);
+      aim(p, 1, 0, 2);
+      aim(p, 1, 1, 2);
+      p.store(p.k_offset + p.element_index(1, lens[1] - 5, 0, 2), code(p, inf));
+      p.store(p.k_offset + p.element_index(1, lens[1] - 100, 1, 2), code(p, inf));
+      reference_has(p, {{1, 0, p.group, D}});
+      INFO("infinite K in and before the window, chunk " << chunk);
+      variant_matches_reference<Config>(p, chunk);
+    }
+    {  // all three: NaN V at dim 5 inside the window (sequence 0, KV head 1) and before it
+      RandomProblem p =
+          vxqa::reference::make_random_problem(variant_options<Config>({37, 20.f, true}, 16, lens), seed++);
+      p.store(p.v_offset + p.element_index(0, lens[0] - 1, 1, 5), code(p, std::nan("")));
+      p.store(p.v_offset + p.element_index(0, lens[0] - 40, 0, 5), code(p, std::nan("")));
+      reference_has(p, {{0, p.group, p.group, 1}});
+      INFO("NaN V in and before the window, chunk " << chunk);
+      variant_matches_reference<Config>(p, chunk);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("non-finite inputs under each variant: a sink, a cap and a window change what they reach",
+          "[decode_variants]") {
+  non_finite_under_the_variants<AllD128>(12850);
+  non_finite_under_the_variants<AllD64Fp16Page16>(12870);
 }
 
 // Values a Config cannot take are named errors, before any launch.

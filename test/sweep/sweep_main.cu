@@ -2,7 +2,7 @@
 // worker threads build it and its float64 reference (sweep_prepare.h), and this thread runs
 // it on the GPU with every Config that accepts it (sweep_configs.h) and compares.
 //
-//   vxqa_sweep [--seed-base B] [--seed-begin A] [--seed-end E] [--threads N] [--verbose] [--cpu-only]
+//   vxqa_sweep [--seed-base B] [--seed-begin A] [--seed-end E] [--covering TEXT] [--threads N] [--verbose] [--cpu-only]
 //   vxqa_sweep --smoke [--threads N] [--verbose] [--cpu-only]
 //   vxqa_sweep [--seed-base B] --replay I
 //   vxqa_sweep [--seed-base B] [--seed-begin A] [--seed-end E] --draw-only
@@ -11,6 +11,9 @@
 // base 0: the seeds [A, E) themselves), so a fresh base draws cases no other base has.
 // --smoke runs the 50 cheap seeds of base 0 that cover every Config, a merge of more than
 // 32 chunks on each atom and the other items of smoke_required (the ctest gpu.sweep_smoke).
+// --covering TEXT runs only the cases of [A, E) that cover an item (coverage_items, as
+// --draw-only prints them) containing TEXT: a new draw's cases on a GPU in seconds, before
+// the whole sweep.
 // N CPU workers (default: every hardware thread). --replay runs one case and prints it in
 // full; --cpu-only builds the cases and their references without a GPU (to time the CPU
 // side); --draw-only only draws the cases and prints how many cover each item
@@ -40,13 +43,15 @@ namespace {
 
 struct Options {
   uint64_t base = 0, begin = 0, end = 10000;
+  std::string covering;  // non-empty: only the cases covering an item that contains it
   int threads = 0;
   bool verbose = false, replay = false, cpu_only = false, smoke = false, draw_only = false;
 };
 
 int usage(const char* argv0, FILE* to = stderr) {
   std::fprintf(to,
-               "usage: %s [--seed-base B] [--seed-begin A] [--seed-end E] [--threads N] [--verbose] [--cpu-only]\n"
+               "usage: %s [--seed-base B] [--seed-begin A] [--seed-end E] [--covering TEXT] [--threads N] [--verbose] "
+               "[--cpu-only]\n"
                "       %s --smoke [--threads N] [--verbose] [--cpu-only]\n"
                "       %s [--seed-base B] --replay I\n"
                "       %s [--seed-base B] [--seed-begin A] [--seed-end E] --draw-only\n"
@@ -75,6 +80,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->smoke = true;
     } else if (arg == "--draw-only") {
       o->draw_only = true;
+    } else if (arg == "--covering" && has_value && argv[i + 1][0] != '\0') {
+      o->covering = argv[++i];
     } else if (!has_value || !parse_u64(argv[i + 1], &value)) {
       return false;
     } else if (arg == "--seed-base") {
@@ -94,6 +101,7 @@ bool parse(int argc, char** argv, Options* o) {
   if (o->threads <= 0) o->threads = std::max(1u, std::thread::hardware_concurrency());
   if (o->replay) o->threads = 1, o->verbose = true;
   if (o->smoke && (o->replay || o->draw_only || o->base != 0)) return false;
+  if (!o->covering.empty() && (o->smoke || o->replay || o->draw_only)) return false;
   return o->base <= kMaxSeedBase && o->begin < o->end && o->end <= kMaxSeedIndex;
 }
 
@@ -178,26 +186,40 @@ int main(int argc, char** argv) {
   std::vector<ConfigInfo> infos;
   for (const SweepConfig& c : configs) infos.push_back(c.info);
 
-  // The seeds: case i's seed (seed_of), for i in [begin, end).
-  std::vector<uint64_t> smoke;
+  // The seeds: case i's seed (seed_of), for i in [begin, end), or the i-th of a list picked
+  // before (--smoke, --covering).
+  std::string seeds_words = "seed base " + std::to_string(opt.base) + ", cases [" + std::to_string(opt.begin) +
+                            ", " + std::to_string(opt.end) + ")";
+  std::vector<uint64_t> picked_seeds;
+  const bool picked = opt.smoke || !opt.covering.empty();
   if (opt.smoke) {
-    const Smoke picked = smoke_seeds(infos);
-    if (!picked.missing.empty()) {
-      for (const std::string& item : picked.missing) std::printf("smoke: no cheap seed covers \"%s\"\n", item.c_str());
+    const Smoke smoke = smoke_seeds(infos);
+    if (!smoke.missing.empty()) {
+      for (const std::string& item : smoke.missing) std::printf("smoke: no cheap seed covers \"%s\"\n", item.c_str());
       std::printf("0 passed, 1 failed\n");
       return 1;
     }
-    smoke = picked.seeds;
-    opt.begin = 0, opt.end = smoke.size();
-  }
-  auto seed_of = [&](uint64_t i) { return opt.smoke ? smoke[i] : case_seed(opt.base, i); };
-  std::string seeds_words = "seed base " + std::to_string(opt.base) + ", cases [" + std::to_string(opt.begin) +
-                            ", " + std::to_string(opt.end) + ")";
-  if (opt.smoke) {
-    seeds_words = "smoke: " + std::to_string(smoke.size()) + " seeds of base 0 covering every Config and " +
+    picked_seeds = smoke.seeds;
+    seeds_words = "smoke: " + std::to_string(picked_seeds.size()) + " seeds of base 0 covering every Config and " +
                   std::to_string(smoke_required(infos).size() - infos.size()) + " other items:";
-    for (uint64_t seed : smoke) seeds_words += " " + std::to_string(seed);
+    for (uint64_t seed : picked_seeds) seeds_words += " " + std::to_string(seed);
+  } else if (picked) {
+    for (uint64_t i = opt.begin; i < opt.end; ++i) {
+      const uint64_t seed = case_seed(opt.base, i);
+      for (const std::string& item : coverage_items(draw_case(seed), infos))
+        if (item.find(opt.covering) != std::string::npos) {
+          picked_seeds.push_back(seed);
+          break;
+        }
+    }
+    seeds_words += ", the " + std::to_string(picked_seeds.size()) + " covering an item with \"" + opt.covering + "\"";
+    if (picked_seeds.empty()) {
+      std::printf("vxqa_sweep: %s: none to run\n0 passed, 1 failed\n", seeds_words.c_str());
+      return 1;
+    }
   }
+  if (picked) opt.begin = 0, opt.end = picked_seeds.size();
+  auto seed_of = [&](uint64_t i) { return picked ? picked_seeds[i] : case_seed(opt.base, i); };
 
   if (opt.draw_only) {
     std::printf("vxqa_sweep: %s, drawn only\n", seeds_words.c_str());
