@@ -5,8 +5,9 @@ for the variants), each variant alone and all three together, under one chunk an
 window shorter than a page and windows cutting a page, sinks with length-0 sequences (out 0,
 lse the sink), every head dim and cache family's variant Config (bf16 caches with bf16 q, on
 sm_80 and newer), CUDA-graph replay following the sinks tensor, torch.compile and opcheck with
-the new arguments; the plan's chunks over the window; and a wrong answer failing (the window
-off by one token, the sinks or the cap ignored). Skips without a GPU."""
+the new arguments; the plan's chunks over the window; NaN and inf inputs under each variant; and
+a wrong answer failing (the window off by one token, the sinks or the cap ignored). Skips
+without a GPU."""
 import math
 
 import pytest
@@ -32,13 +33,14 @@ def variant_problem(seed, lengths, *, window=0, cap=0.0, sinks=False, head_dim=1
     return p
 
 
-def run(p, path, plan=None, **overrides):
+def run(p, path, plan=None, poison=math.nan, **overrides):
     """One decode of problem p with its variant (overrides: other variant arguments), out and
-    lse poisoned with NaN first. Returns out, lse, the error word and the plan it ran on (for
-    the plain path, the plan decode() makes: DecodePlan of the batch, the table and the window)."""
+    lse poisoned first (with NaN, or where NaN is expected with a finite `poison`). Returns
+    out, lse, the error word and the plan it ran on (for the plain path, the plan decode()
+    makes: DecodePlan of the batch, the table and the window)."""
     variant = {**p.variant, **overrides}
-    out = torch.full_like(p.q, math.nan)
-    lse = torch.full(p.q.shape[:2], math.nan, device=p.q.device)
+    out = torch.full_like(p.q, poison)
+    lse = torch.full(p.q.shape[:2], poison, device=p.q.device)
     errors = torch.zeros(1, dtype=torch.int32, device=p.q.device)
     kw = dict(k_scale=p.k_scale, v_scale=p.v_scale, out=out, lse=lse, errors=errors, **variant)
     if path == "plain":
@@ -125,6 +127,62 @@ def test_a_window_plan_chunks_over_the_window(cuda):
         assert plan.num_chunks == plan_num_chunks(plan.max_context, plan.max_window, plan.chunk_tokens), plan
     assert windowed.num_chunks * windowed.chunk_tokens < 128 + 15 + windowed.chunk_tokens < plain.max_context
     assert wide.num_chunks * wide.chunk_tokens >= wide.max_context
+
+
+def set_element(cache, p, b, t, h, d, value):
+    """Dim d of KV head h at token t of sequence b: an fp16 value, or in a uint8 (E5M2) cache
+    the code of +inf, -inf or NaN."""
+    page_size = cache.shape[1]
+    page = p.block_table[b, t // page_size].item()
+    if cache.dtype == torch.uint8:
+        value = 0x7C if value == math.inf else 0xFC if value == -math.inf else 0x7F
+    cache[page, t % page_size, h, d] = value
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("cache", ["uint8", "float16"])
+def test_non_finite_inputs_under_the_variants(cuda, path, cache):
+    """What each variant changes about NaN and inf inputs (the C++ suite's
+    non_finite_under_the_variants, through the ops), out and lse poisoned with finite values:
+    a sink is the one weight of a head whose every score is -inf (out 0, lse the sink; NaN where
+    the sink is -inf); the soft-cap makes an infinite score a finite logit (+-cap), a NaN one
+    stays NaN; a NaN V inside a window is NaN at its dim, one before it nothing."""
+    kv = dict(head_dim=64, cache=cache, device=cuda)
+    p = variant_problem(780, [300, 500, 40], sinks=True, **kv)
+    p.q[1, 4:8, 2] = 1.0  # sequence 1, KV head 1: every score -inf
+    for t in range(500):
+        set_element(p.k_cache, p, 1, t, 1, 2, -math.inf)
+    p.variant["sinks"][7] = -math.inf
+    want = p.reference()
+    assert want.out[1, 4:7].eq(0).all() and want.lse[1, 4:7].eq(p.variant["sinks"][4:7].double().cpu()).all()
+    assert want.out[1, 7].isnan().all() and want.lse[1, 7].isnan() and want.out.isnan().sum() == 64
+    out, lse, errors, _ = run(p, path, poison=7.0)
+    assert errors == 0
+    assert_matches_reference(out, lse, want, p.seq_lens)
+
+    p = variant_problem(781, [300, 500, 40], cap=CAP, **kv)
+    p.q[0, 0:4, 2] = 1.0  # sequence 0, KV head 0: a score of +inf, fifty of -inf, all capped
+    set_element(p.k_cache, p, 0, 100, 0, 2, math.inf)
+    for t in range(200, 250):
+        set_element(p.k_cache, p, 0, t, 0, 2, -math.inf)
+    set_element(p.k_cache, p, 2, 10, 1, 7, math.nan)  # sequence 2, KV head 1: NaN scores
+    want = p.reference()
+    assert want.out[0].isfinite().all() and want.out[2, 4:8].isnan().all() and want.out.isnan().sum() == 4 * 64
+    out, lse, errors, _ = run(p, path, poison=7.0)
+    assert errors == 0
+    assert_matches_reference(out, lse, want, p.seq_lens)
+
+    p = variant_problem(782, [300, 500, 40], window=37, cap=CAP, sinks=True, **kv)
+    set_element(p.v_cache, p, 0, 299, 1, 5, math.nan)  # inside the window: dim 5 of heads 4..7
+    set_element(p.v_cache, p, 0, 260, 0, 5, math.nan)  # before it: nothing
+    want = p.reference()
+    assert want.out[0, 4:8, 5].isnan().all() and want.out.isnan().sum() == 4 and want.lse.isfinite().all()
+    out, lse, errors, _ = run(p, path, poison=7.0)
+    assert errors == 0
+    assert_matches_reference(out, lse, want, p.seq_lens)
+    with pytest.raises(AssertionError, match="out off by"):  # a NaN written where none belongs fails
+        out[0, 0, 0] = math.nan
+        assert_matches_reference(out, lse, want, p.seq_lens)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -540,6 +540,11 @@ def test_a_row_whose_every_score_is_minus_inf_is_nan_unless_a_sink_weighs():
         assert out.isnan().all() and lse.isnan().all()
     out, lse = decode_reference(q, k_cache, v_cache, table, lens, 0.5, sinks=torch.tensor([1.5]))
     assert out.eq(0).all() and lse.item() == 1.5
+    # Its bounds: the sink alone, as in a length-0 sequence (error_model.h likewise): out
+    # exactly 0, the lse within 2^-20 (|sink| + 1) for the kernels' base-2 round trip.
+    m = expected_outputs(q, k_cache, v_cache, table, lens, 0.5, 1.0, 1.0, sinks=torch.tensor([1.5])).model
+    assert m.out_sigma.eq(0).all() and m.out_fixed.eq(0).all() and m.lse_sigma.eq(0).all()
+    assert m.lse_fixed[0, 0].item() == 2.0**-20 * 2.5
     q[0, 0, 0] = 0.0  # q . k = 0 * -inf: NaN scores, NaN whatever the sink
     out, lse = decode_reference(q, k_cache, v_cache, table, lens, 0.5, sinks=torch.tensor([1.5]))
     assert out.isnan().all() and lse.isnan().all()

@@ -379,7 +379,10 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
             out_sigma[row] = torch.where(rows[..., None], row_out_sigma, 0.0).reshape(q_heads, head_dim)
             out_fixed[row] = torch.where(rows[..., None], row_out_fixed, 0.0).reshape(q_heads, head_dim)
             lse_sigma[row] = torch.where(rows, row_lse_sigma, 0.0).reshape(q_heads)
-            lse_fixed[row] = torch.where(rows, row_lse_fixed, 0.0).reshape(q_heads)
+            # a finite lse beside no finite score: every score -inf and a finite sink, the sink
+            # alone (as a length-0 sequence's)
+            sink_alone = torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0)
+            lse_fixed[row] = torch.where(rows, row_lse_fixed, sink_alone).reshape(q_heads)
     return ErrorModel(out_sigma, out_fixed, lse_sigma, lse_fixed)
 
 

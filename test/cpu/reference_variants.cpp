@@ -328,6 +328,45 @@ TEST_CASE("sinks: an empty sequence gives out 0 and lse = its sink; huge sinks d
     for (int hq = 0; hq < p.query_heads(); ++hq) CHECK(small.lse[lse_at(p, b, hq)] == plain.lse[lse_at(p, b, hq)]);
 }
 
+// Every score -inf (K = -inf where q > 0): 0 / 0 without a sink, NaN; beside a finite sink the
+// sink is the one weight, as in an empty sequence: out exactly 0 (bound 0), lse the sink
+// within 2^-20 (|sink| + 1), the kernels' base-2 round trip; a -inf sink is none (NaN).
+TEST_CASE("sinks: a row whose every score is -inf is the sink alone, or NaN without one", "[reference_variants]") {
+  RandomProblemOptions o = small_options(2, 4, 0, 0);
+  o.seq_lens = {7, 5};
+  o.sinks = true;
+  RandomProblem p = make_random_problem(o, 47);
+  const int kv = 1, first = kv * p.group;  // sequence 1, KV head 1's heads
+  for (int g = 0; g < p.group; ++g) p.q[(size_t(p.query_heads()) + first + g) * p.head_dim + 2] = 0x3C00;  // q = 1
+  REQUIRE(p.format == KvFormat::kE5M2);  // (its encoder saturates: the code of -inf by hand)
+  for (int t = 0; t < p.seq_lens[1]; ++t) p.store(p.k_offset + p.element_index(1, t, kv, 2), 0xFCu);
+  for (int g = 0; g < p.group; ++g) p.sinks[first + g] = 0.5f + g;
+  p.sinks[first] = -std::numeric_limits<float>::infinity();
+  const DecodeOutput r = decode_reference(p.inputs());
+  const ErrorModel m = decode_error_model(p.inputs(), r, 64);
+  for (int g = 0; g < p.group; ++g) {
+    const size_t i = lse_at(p, 1, first + g);
+    INFO("head " << first + g << ", sink " << p.sinks[first + g]);
+    if (g == 0) {
+      CHECK(std::isnan(r.lse[i]));
+      CHECK(m.lse_fixed[i] == 0.0);
+    } else {
+      CHECK(r.lse[i] == double(p.sinks[first + g]));
+      CHECK(m.lse_fixed[i] == 0x1p-20 * (std::fabs(double(p.sinks[first + g])) + 1));
+    }
+    CHECK(m.lse_sigma[i] == 0.0);
+    for (int d = 0; d < p.head_dim; ++d) {
+      const size_t e = out_at(p, 1, first + g, d);
+      CHECK((g == 0 ? std::isnan(r.out[e]) : r.out[e] == 0.0));
+      CHECK(m.out_sigma[e] == 0.0);
+      CHECK(m.out_fixed[e] == 0.0);
+    }
+  }
+  // The other heads keep their scores: finite, with bounds of their own.
+  CHECK(std::isfinite(r.lse[lse_at(p, 1, 0)]));
+  CHECK(m.lse_sigma[lse_at(p, 1, 0)] > 0.0);
+}
+
 // ---------------------------------------------------------------------------------------
 // Multi-token queries
 

@@ -217,7 +217,12 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
           const double* cg = cap > 0 ? &c[base] : nullptr;
           const double* out = &ref.out[row * dim];
           const double max = *std::max_element(sg, sg + count);
-          if (!std::isfinite(max) || !std::isfinite(ref.lse[row])) continue;  // compare.h's rules
+          if (!std::isfinite(max) || !std::isfinite(ref.lse[row])) {  // compare.h's rules, but:
+            // every score -inf beside a finite sink: the sink alone, as in a sequence without
+            // tokens (out exactly 0, the LSE the sink through the kernels' base-2 round trip)
+            if (std::isfinite(ref.lse[row])) m.lse_fixed[row] = 0x1p-20 * (std::fabs(ref.lse[row]) + 1);
+            continue;
+          }
           const int chunk = chunk_tokens > 0 && chunk_tokens < count ? chunk_tokens : count;
           // Per-token weights and their error's standard deviation; the runs of repeated weights.
           const bool bf16 = in.format == KvFormat::kBf16;
