@@ -238,6 +238,13 @@ def half_ulp(x, mantissa_bits):
     return 0.5 * _pow2(e - mantissa_bits)
 
 
+def sink_alone_lse_fixed(lse):
+    """The lse bound of heads whose only weight is their sink (a length-0 sequence, or every
+    score -inf): the sink through the kernels' base-2 round trip, 2^-20 (|lse| + 1); 0 where lse
+    is not finite (the NaN/inf rules). error_model.h's detail::sink_alone_lse_fixed."""
+    return torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0)
+
+
 def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, k_scale, v_scale, ref_out, ref_lse,
                        chunk_tokens=64, *, sliding_window=0, logit_softcap=0.0, sinks=None, q_indptr=None,
                        kv_cache_dtype=None):
@@ -292,7 +299,7 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
             continue
         if length == 0:  # (one query token) the sink alone: out exactly 0, lse = the sink
             lse = ref_lse[first_row].reshape(kv_heads, group)
-            lse_fixed[first_row] = torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0).reshape(q_heads)
+            lse_fixed[first_row] = sink_alone_lse_fixed(lse).reshape(q_heads)
             continue
         seq_k = gather_sequence(keys, block_table[b], length)
         seq_v = gather_sequence(values, block_table[b], length)
@@ -381,8 +388,7 @@ def decode_error_model(q, k_cache, v_cache, block_table, seq_lens, softmax_scale
             lse_sigma[row] = torch.where(rows, row_lse_sigma, 0.0).reshape(q_heads)
             # a finite lse beside no finite score: every score -inf and a finite sink, the sink
             # alone (as a length-0 sequence's)
-            sink_alone = torch.where(lse.isfinite(), 2.0**-20 * (lse.abs() + 1), 0.0)
-            lse_fixed[row] = torch.where(rows, row_lse_fixed, sink_alone).reshape(q_heads)
+            lse_fixed[row] = torch.where(rows, row_lse_fixed, sink_alone_lse_fixed(lse)).reshape(q_heads)
     return ErrorModel(out_sigma, out_fixed, lse_sigma, lse_fixed)
 
 

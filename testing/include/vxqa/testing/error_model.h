@@ -129,6 +129,11 @@ inline WeightRuns weight_runs(const std::vector<double>& p, bool bf16) {
   return runs;
 }
 
+// The LSE bound of a head whose only weight is its sink (a sequence without tokens, or every
+// score -inf): the sink through the kernels' base-2 round trip, a few fp32 roundings; 0 where
+// the LSE is not finite (compare.h's rules).
+inline double sink_alone_lse_fixed(double lse) { return std::isfinite(lse) ? 0x1p-20 * (std::fabs(lse) + 1) : 0.0; }
+
 }  // namespace detail
 
 // The model of `in`'s decode whose reference is `ref`; `chunk_tokens` is the plan's chunk
@@ -160,7 +165,7 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
       if (in.sinks != nullptr)
         for (int hq = 0; hq < heads; ++hq) {
           const size_t row = static_cast<size_t>(rows.first) * heads + hq;
-          if (std::isfinite(ref.lse[row])) m.lse_fixed[row] = 0x1p-20 * (std::fabs(ref.lse[row]) + 1);
+          m.lse_fixed[row] = detail::sink_alone_lse_fixed(ref.lse[row]);
         }
       continue;
     }
@@ -218,9 +223,8 @@ inline ErrorModel decode_error_model(const DecodeInputs& in, const DecodeOutput&
           const double* out = &ref.out[row * dim];
           const double max = *std::max_element(sg, sg + count);
           if (!std::isfinite(max) || !std::isfinite(ref.lse[row])) {  // compare.h's rules, but:
-            // every score -inf beside a finite sink: the sink alone, as in a sequence without
-            // tokens (out exactly 0, the LSE the sink through the kernels' base-2 round trip)
-            if (std::isfinite(ref.lse[row])) m.lse_fixed[row] = 0x1p-20 * (std::fabs(ref.lse[row]) + 1);
+            // every score -inf beside a finite sink is the sink alone (out exactly 0)
+            m.lse_fixed[row] = detail::sink_alone_lse_fixed(ref.lse[row]);
             continue;
           }
           const int chunk = chunk_tokens > 0 && chunk_tokens < count ? chunk_tokens : count;
