@@ -1,0 +1,69 @@
+// vxqa/arch/wgmma.cuh — sm_90a's warpgroup MMA: the 128 threads of a warpgroup (4 whole,
+// consecutive warps, the first a multiple of 4) multiply a 64 x 16 A by a 16 x 64 B into 64 x 64
+// f32 accumulators, f16 inputs, asynchronously. B is read from shared memory through a
+// descriptor, A from shared memory too or from registers (mma/wgmma_layout.cuh: the layouts,
+// the descriptor, which thread holds which element).
+//
+// The protocol (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+//   fence_operands()   before the first wgmma, and after registers that a wgmma reads or
+//                      accumulates into were written by other instructions;
+//   fence_shared_for_async()  after threads stored an operand into shared memory with plain
+//                      stores, before a wgmma reads it;
+//   commit() then wait<N>()   close the wgmmas issued so far into a group, and wait until at
+//                      most N groups are in flight: only then may their accumulators, their
+//                      A registers or their shared memory be touched.
+// Compiled for sm_90a only (the "a" features); elsewhere this header declares nothing.
+#pragma once
+#include <vxqa/common.cuh>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VXQA_HAS_WGMMA 1
+
+namespace vxqa {
+namespace arch {
+namespace wgmma {
+
+VXQA_DEVICE void fence_operands() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+VXQA_DEVICE void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+VXQA_DEVICE void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+VXQA_DEVICE void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// d (+)= A·B, m64n64k16: A and B from shared memory. kTransposeB: B is MN-major (else
+// K-major). accumulate false: d = A·B, its old values ignored.
+template <bool kTransposeB>
+VXQA_DEVICE void mma_m64n64k16_ss(float (&d)[32], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, %35;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+}
+
+// The same with A in registers: four f16x2 words a thread (mma/wgmma_layout.cuh, a_row/a_col).
+template <bool kTransposeB>
+VXQA_DEVICE void mma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+}
+
+}  // namespace wgmma
+}  // namespace arch
+}  // namespace vxqa
+
+#else
+#define VXQA_HAS_WGMMA 0
+#endif
