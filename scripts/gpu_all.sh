@@ -78,12 +78,19 @@ finish() {  # the logs archive, the summary, what failed or did not run; exits
   exit 0
 }
 
+# The local GPU's architecture, with sm_90's "a" features (the warpgroup MMA: test [wgmma]).
+gpu_arch() {
+  local cap
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+  if [ "$cap" = 90 ]; then echo 90a; else echo native; fi
+}
+
 step_build() {
   start=$SECONDS
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-native}" \
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-$(gpu_arch)}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config} >"$out/build.log" 2>&1
+      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config vxqa_wgmma_rows} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -sE "error" "$out/build.log" "$out/configure.log" | head -30; finish; fi
