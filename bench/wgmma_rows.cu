@@ -45,20 +45,22 @@
 
 namespace {
 
-constexpr int kD = 256, kTile = 64, kPage = 16;
+constexpr int kD = 256, kPage = 16;
 namespace wg = vxqa::mma::wgmma;
-using QLayout = wg::KMajorLayout<64, kD>;      // a warpgroup's 64 rows of Q
-using KLayout = wg::KMajorLayout<kTile, kD>;   // (token, dim)
-using VLayout = wg::MnMajorLayout<kD, kTile>;  // (dim, token)
-constexpr int kFp8TileBytes = kTile * kD;      // K or V of a tile, E5M2, row-major
+using QLayout = wg::KMajorLayout<64, kD>;  // a warpgroup's 64 rows of Q
 
-template <int W>
-struct Smem {
+// W warpgroups, tiles of kTile (64 or 32) tokens.
+template <int W, int kTile>
+struct Shape {
+  using KLayout = wg::KMajorLayout<kTile, kD>;   // (token, dim)
+  using VLayout = wg::MnMajorLayout<kD, kTile>;  // (dim, token)
+  static constexpr int kFp8TileBytes = kTile * kD;  // K or V of a tile, E5M2, row-major
   static constexpr int kQ = 0;
   static constexpr int kRing = kQ + W * QLayout::kBytes;  // 2 stages of [K | V] E5M2
   static constexpr int kK = kRing + 2 * 2 * kFp8TileBytes;
   static constexpr int kV = kK + KLayout::kBytes;
   static constexpr int kBytes = kV + VLayout::kBytes;
+  static constexpr int kCtasPerSm = 2 * kBytes <= 227 * 1024 ? 2 : 1;
 };
 
 struct Args {
@@ -82,11 +84,14 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int W>
-__global__ void __launch_bounds__(128 * W, 1) rows_kernel(Args a) {
+template <int W, int kTile, bool kOverlap>
+__global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_kernel(Args a) {
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
-  using S = Smem<W>;
+  using S = Shape<W, kTile>;
+  using KLayout = typename S::KLayout;
+  using VLayout = typename S::VLayout;
+  constexpr int kFp8TileBytes = S::kFp8TileBytes;
   const int t = threadIdx.x, wg_t = t & 127, group = t >> 7;
   const int seq = blockIdx.y, chunk = blockIdx.x;
   const int length = a.lengths[seq];
@@ -102,19 +107,27 @@ __global__ void __launch_bounds__(128 * W, 1) rows_kernel(Args a) {
     *reinterpret_cast<uint4*>(smem + S::kQ + (row / 64) * QLayout::kBytes + QLayout::offset(row % 64, d0)) = x;
   }
 
-  // Tile j's 16-byte chunks of K and V into ring stage j % 2 (zeros past the end).
+  // Tile j's 16-byte chunks of K and V into ring stage j % 2 (zeros past the end). A stage
+  // is row-major, 256 codes a token, its 16-byte chunk c at c ^ (token % 8): the conversion
+  // below reads 8 tokens' chunk c at once, which the swizzle puts in 8 distinct bank slots.
+  // A thread copies one token's K and V chunks [part · C, (part + 1) · C): one block-table
+  // id a tile.
+  constexpr int kThreadsPerRow = 128 * W / kTile, kChunksPerThread = kD / 16 / kThreadsPerRow;
   auto issue = [&](int j) {
     if (j < tiles) {
       uint8_t* stage = smem + S::kRing + (j & 1) * 2 * kFp8TileBytes;
-      for (int i = t; i < 2 * kTile * (kD / 16); i += 128 * W) {
-        const int which = i / (kTile * (kD / 16)), rest = i % (kTile * (kD / 16));
-        const int row = rest / (kD / 16), c = rest % (kD / 16);
-        const int token = begin + j * kTile + row;
-        const bool live = token < end;
-        const int page = live ? table[token / kPage] : 0;
-        const uint8_t* src = (which ? a.v : a.k) + (int64_t(page) * kPage + token % kPage) * kD + 16 * c;
-        vxqa::arch::cp_async_16_or_zero(stage + which * kFp8TileBytes + row * kD + 16 * c, src, live);
-      }
+      const int row = t / kThreadsPerRow, part = t % kThreadsPerRow;
+      const int token = begin + j * kTile + row;
+      const bool live = token < end;
+      const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
+#pragma unroll
+      for (int which = 0; which < 2; ++which)
+#pragma unroll
+        for (int u = 0; u < kChunksPerThread; ++u) {
+          const int c = part * kChunksPerThread + u;
+          vxqa::arch::cp_async_16_or_zero(stage + which * kFp8TileBytes + row * kD + 16 * (c ^ (row % 8)),
+                                          (which ? a.v : a.k) + offset + 16 * c, live);
+        }
     }
     vxqa::arch::cp_async_commit();
   };
@@ -130,50 +143,49 @@ __global__ void __launch_bounds__(128 * W, 1) rows_kernel(Args a) {
   const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kK));
   const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kV));
 
-  issue(0);
-  issue(1);
-  for (int j = 0; j < tiles; ++j) {
-    vxqa::arch::cp_async_wait<1>();
-    __syncthreads();  // tile j's copies, every warpgroup done with the fp16 tiles
-    const uint8_t* stage = smem + S::kRing + (j & 1) * 2 * kFp8TileBytes;
-    for (int i = t; i < 2 * kTile * (kD / 16); i += 128 * W) {
-      const int which = i / (kTile * (kD / 16)), rest = i % (kTile * (kD / 16));
-      const int row = rest / (kD / 16), d0 = (rest % (kD / 16)) * 16;
-      const uint4 codes = *reinterpret_cast<const uint4*>(stage + which * kFp8TileBytes + row * kD + d0);
+  // K (which 0) or V (1) of tile j, from its ring stage into the fp16 tile: a token's 16
+  // codes a step, two 16-byte stores. A quarter-warp takes 8 consecutive tokens' chunk c: its
+  // stores land in one core matrix's 8 rows, its loads in the swizzle's 8 slots (no conflict).
+  auto convert = [&](int j, int which) {
+    const uint8_t* codes_tile = smem + S::kRing + (j & 1) * 2 * kFp8TileBytes + which * kFp8TileBytes;
+#pragma unroll
+    for (int n = 0; n < kTile * (kD / 16) / (128 * W); ++n) {
+      const int i = t + n * 128 * W;
+      const int row = (i / 128) * 8 + i % 8, c = (i / 8) % 16, d0 = 16 * c;
+      const uint4 codes = *reinterpret_cast<const uint4*>(codes_tile + row * kD + 16 * (c ^ (row % 8)));
       const uint2 h0 = vxqa::e5m2x4_to_half2x2_bits(codes.x), h1 = vxqa::e5m2x4_to_half2x2_bits(codes.y);
       const uint2 h2 = vxqa::e5m2x4_to_half2x2_bits(codes.z), h3 = vxqa::e5m2x4_to_half2x2_bits(codes.w);
-      uint8_t* lo;
-      uint8_t* hi;
-      if (which == 0) {
-        lo = smem + S::kK + KLayout::offset(row, d0);
-        hi = smem + S::kK + KLayout::offset(row, d0 + 8);
-      } else {
-        lo = smem + S::kV + VLayout::offset(d0, row);
-        hi = smem + S::kV + VLayout::offset(d0 + 8, row);
-      }
+      uint8_t* lo = which == 0 ? smem + S::kK + KLayout::offset(row, d0) : smem + S::kV + VLayout::offset(d0, row);
+      uint8_t* hi =
+          which == 0 ? smem + S::kK + KLayout::offset(row, d0 + 8) : smem + S::kV + VLayout::offset(d0 + 8, row);
       *reinterpret_cast<uint4*>(lo) = make_uint4(h0.x, h0.y, h1.x, h1.y);
       *reinterpret_cast<uint4*>(hi) = make_uint4(h2.x, h2.y, h3.x, h3.y);
     }
-    vxqa::arch::wgmma::fence_shared_for_async();
-    __syncthreads();  // the fp16 tiles written, stage j % 2 free
-    issue(j + 2);
-
-    float s[32];
+  };
+  // S = Q·Kᵀ, the softmax on it (P into p, O rescaled), and O += P·V issued (not waited for).
+  auto tile_up_to_pv = [&](int j) {
+    float s[kTile / 2];
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
-    for (int step = 0; step < kD / 16; ++step)
-      vxqa::arch::wgmma::mma_m64n64k16_ss<false>(
-          s, wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes),
-          wg::descriptor(k_base + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes),
-          step > 0);
+    for (int step = 0; step < kD / 16; ++step) {
+      const uint64_t q_desc =
+          wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes);
+      const uint64_t k_desc =
+          wg::descriptor(k_base + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes);
+      if constexpr (kTile == 64) {
+        vxqa::arch::wgmma::mma_m64n64k16_ss<false>(s, q_desc, k_desc, step > 0);
+      } else {
+        vxqa::arch::wgmma::mma_m64n32k16_ss<false>(s, q_desc, k_desc, step > 0);
+      }
+    }
     vxqa::arch::wgmma::commit();
     vxqa::arch::wgmma::wait<0>();
 
-    // The softmax: register i is row r0 + 8 ((i >> 1) & 1), token d_col(i).
+    // Register i is row r0 + 8 ((i >> 1) & 1), token d_col(i).
     const int tile_end = end - (begin + j * kTile);
     float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kTile / 2; ++i) {
       s[i] = wg::d_col(wg_t, i) < tile_end ? s[i] * a.scale_log2 : -INFINITY;
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
@@ -186,9 +198,9 @@ __global__ void __launch_bounds__(128 * W, 1) rows_kernel(Args a) {
       m[r] = mx[r];
       l[r] *= alpha[r];
     }
-    uint32_t p[4][4];
+    uint32_t p[kTile / 16][4];
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {
+    for (int i = 0; i < kTile / 2; i += 2) {
       const int r = (i >> 1) & 1;
       const float p0 = exp2f(s[i] - m[r]), p1 = exp2f(s[i + 1] - m[r]);
       l[r] += p0 + p1;
@@ -205,11 +217,50 @@ __global__ void __launch_bounds__(128 * W, 1) rows_kernel(Args a) {
 #pragma unroll
       for (int step = 0; step < kTile / 16; ++step)
         vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
-            o[n], p[step],
-            wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride),
-            true);
+            o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
     vxqa::arch::wgmma::commit();
-    vxqa::arch::wgmma::wait<0>();
+  };
+
+  issue(0);
+  issue(1);
+  if constexpr (!kOverlap) {
+    // Each tile: convert K and V, then QK, softmax, PV, waited for before the next conversion.
+    for (int j = 0; j < tiles; ++j) {
+      vxqa::arch::cp_async_wait<1>();
+      __syncthreads();  // tile j's copies; every warpgroup done with the fp16 tiles
+      convert(j, 0);
+      convert(j, 1);
+      vxqa::arch::wgmma::fence_shared_for_async();
+      __syncthreads();  // the fp16 tiles written, stage j % 2 free
+      issue(j + 2);
+      tile_up_to_pv(j);
+      vxqa::arch::wgmma::wait<0>();
+    }
+  } else {
+    // Tile j + 1's K is converted while tile j's P·V runs (K(j) is done with after QK(j)),
+    // its V after P·V(j) is waited for.
+    if (tiles > 0) {
+      vxqa::arch::cp_async_wait<1>();
+      __syncthreads();
+      convert(0, 0);
+      convert(0, 1);
+      vxqa::arch::wgmma::fence_shared_for_async();
+      __syncthreads();
+      issue(2);
+    }
+    for (int j = 0; j < tiles; ++j) {
+      tile_up_to_pv(j);
+      const bool next = j + 1 < tiles;
+      vxqa::arch::cp_async_wait<1>();
+      __syncthreads();  // tile j + 1's copies; every warpgroup past QK(j): the K tile is free
+      if (next) convert(j + 1, 0);
+      vxqa::arch::wgmma::wait<0>();  // this warpgroup's P·V(j)
+      __syncthreads();  // ... and every warpgroup's: the V tile is free
+      if (next) convert(j + 1, 1);
+      vxqa::arch::wgmma::fence_shared_for_async();
+      __syncthreads();  // the fp16 tiles of j + 1 written, its stage free
+      issue(j + 3);
+    }
   }
   vxqa::arch::cp_async_wait<0>();
 
@@ -293,16 +344,16 @@ int chunks_of(const Problem& p, int chunk_tokens) {
   return (max_len + chunk_tokens - 1) / chunk_tokens;
 }
 
-template <int W>
+template <int W, int kTile, bool kOverlap>
 float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
   Args a{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
          1.f / 16.f * 1.4426950408889634f,
-         uint32_t(g_swap_v ? VLayout::kStrideBytes : VLayout::kLeadingBytes),
-         uint32_t(g_swap_v ? VLayout::kLeadingBytes : VLayout::kStrideBytes), d.o, d.ml};
-  const int smem = Smem<W>::kBytes;
-  CHECK_CUDA(cudaFuncSetAttribute(rows_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+         uint32_t(g_swap_v ? Shape<W, kTile>::VLayout::kStrideBytes : Shape<W, kTile>::VLayout::kLeadingBytes),
+         uint32_t(g_swap_v ? Shape<W, kTile>::VLayout::kLeadingBytes : Shape<W, kTile>::VLayout::kStrideBytes), d.o, d.ml};
+  const int smem = Shape<W, kTile>::kBytes;
+  CHECK_CUDA(cudaFuncSetAttribute(rows_kernel<W, kTile, kOverlap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(a.chunks, p.batch);
-  rows_kernel<W><<<grid, 128 * W, smem, stream>>>(a);
+  rows_kernel<W, kTile, kOverlap><<<grid, 128 * W, smem, stream>>>(a);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaStreamSynchronize(stream));
   if (reps == 0) return 0.f;
@@ -312,7 +363,7 @@ float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStr
   CHECK_CUDA(cudaEventCreate(&e1));
   for (int r = 0; r < reps; ++r) {
     CHECK_CUDA(cudaEventRecord(e0, stream));
-    rows_kernel<W><<<grid, 128 * W, smem, stream>>>(a);
+    rows_kernel<W, kTile, kOverlap><<<grid, 128 * W, smem, stream>>>(a);
     CHECK_CUDA(cudaEventRecord(e1, stream));
     CHECK_CUDA(cudaEventSynchronize(e1));
     float ms = 0;
@@ -340,12 +391,12 @@ void release(Device& d) {
 }
 
 // One chunk a sequence, against float64: the largest error over the largest |O|.
-template <int W>
+template <int W, int kTile, bool kOverlap>
 bool check(int rows) {
   const Problem p = make({1000, 777, 64, 3}, rows, 5);
   const int chunk = 1024;
   Device d = to_device(p, 1);
-  run<W>(p, d, chunk, 0, 0);
+  run<W, kTile, kOverlap>(p, d, chunk, 0, 0);
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
   CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
@@ -378,7 +429,8 @@ bool check(int rows) {
     }
   release(d);
   const bool ok = worst <= 1e-2 * largest;
-  std::printf("check W %d rows %d: largest error %.3g of max |O| %.3g: %s\n", W, rows, worst, largest,
+  std::printf("check W %d tile %d%s rows %d: largest error %.3g of max |O| %.3g: %s\n", W, kTile,
+              kOverlap ? " overlapped" : "", rows, worst, largest,
               ok ? "ok" : "WRONG");
   return ok;
 }
@@ -387,13 +439,20 @@ bool check(int rows) {
 
 int main(int argc, char** argv) {
   const bool only_check = argc > 1 && std::strcmp(argv[1], "--check") == 0;
-  bool ok = check<1>(24);
+  bool ok = check<1, 64, false>(24);
   if (!ok) {  // which reading of V's two descriptor offsets the hardware has
     g_swap_v = true;
     std::printf("V's descriptor offsets exchanged:\n");
-    ok = check<1>(24);
+    ok = check<1, 64, false>(24);
   }
-  ok = ok && check<1>(64) && check<2>(96) && check<2>(128);
+  ok = check<1, 64, false>(64) && ok;
+  ok = check<2, 64, false>(128) && ok;
+  ok = check<1, 64, true>(24) && ok;
+  ok = check<2, 64, true>(96) && ok;
+  ok = check<1, 32, false>(24) && ok;
+  ok = check<1, 32, true>(64) && ok;
+  ok = check<2, 32, false>(96) && ok;
+  ok = check<2, 32, true>(128) && ok;
   if (!ok) return 1;
   if (only_check) return 0;
   cudaStream_t stream;
@@ -404,15 +463,24 @@ int main(int argc, char** argv) {
   const double mbytes = double(tokens) * kD * 2 / 1e6;
   std::printf("seed shape's lengths (B16 ragged ~17.8K, %lld tokens, %.1f MB of K and V), page 16, D 256\n", tokens,
               mbytes);
+  Problem p = make(lengths, 128, 9);  // Q for 128 rows: the runs below use its first rows
+  Device d = to_device(p, chunks_of(p, 1216));
+  auto line = [&](int rows, int w, int tile, int chunk, float us, float us_overlap) {
+    std::printf("rows %3d, W %d, tile %d, chunk %4d: %7.1f us (%5.0f GB/s); K converted under P.V: %7.1f us (%5.0f GB/s)\n",
+                rows, w, tile, chunk, us, mbytes * 1e3 / us, us_overlap, mbytes * 1e3 / us_overlap);
+  };
   for (int rows : {24, 64, 96, 128}) {
-    const Problem p = make(lengths, rows, 9);
-    for (int chunk : {1152, 2240, 4480}) {
-      Device d = to_device(p, chunks_of(p, chunk));
-      const float us = rows <= 64 ? run<1>(p, d, chunk, 30, stream) : run<2>(p, d, chunk, 30, stream);
-      std::printf("rows %3d (W %d), chunk %4d: %7.1f us, %6.0f GB/s\n", rows, rows <= 64 ? 1 : 2, chunk, us,
-                  mbytes * 1e3 / us);
-      release(d);
+    p.rows = rows;
+    for (int chunk : {1216, 2368}) {  // 16 and 8 chunks a sequence
+      if (rows <= 64) {
+        line(rows, 1, 64, chunk, run<1, 64, false>(p, d, chunk, 30, stream), run<1, 64, true>(p, d, chunk, 30, stream));
+        line(rows, 1, 32, chunk, run<1, 32, false>(p, d, chunk, 30, stream), run<1, 32, true>(p, d, chunk, 30, stream));
+      } else {
+        line(rows, 2, 64, chunk, run<2, 64, false>(p, d, chunk, 30, stream), run<2, 64, true>(p, d, chunk, 30, stream));
+        line(rows, 2, 32, chunk, run<2, 32, false>(p, d, chunk, 30, stream), run<2, 32, true>(p, d, chunk, 30, stream));
+      }
     }
   }
+  release(d);
   return 0;
 }

@@ -1,6 +1,6 @@
 // sm_90a's warpgroup MMA alone (arch/wgmma.cuh), against a CPU product: a 64 x 64 A times a
-// 64 x 64 B in four k16 steps, A from shared memory or from registers, B K-major (as a K tile
-// is, for Q·Kᵀ) or MN-major (as a V tile is, for P·V), every operand placed by
+// 64 x N B (N 64 or 32) in four k16 steps, A from shared memory or from registers (N 64), B
+// K-major (as a K tile is, for Q·Kᵀ) or MN-major (as a V tile is, for P·V), every operand placed by
 // mma/wgmma_layout.cuh's layouts and fragment tables and every output element read back
 // through them. Shared memory is filled with 0xFF (an fp16 NaN) first and the output
 // poisoned, so a byte the layout does not fill, or an element no thread writes, shows.
@@ -25,20 +25,19 @@ using vxqa::reference::fp16_from_double;
 using vxqa::reference::fp16_to_double;
 namespace wg = vxqa::mma::wgmma;
 
-constexpr int kM = 64, kN = 64, kK = 64;
+constexpr int kM = 64, kK = 64;
 using ALayout = wg::KMajorLayout<kM, kK>;
-using BKLayout = wg::KMajorLayout<kN, kK>;   // element (n, k)
-using BMnLayout = wg::MnMajorLayout<kN, kK>;  // element (n, k)
 
 __global__ void has_wgmma_kernel(int* has) { *has = VXQA_HAS_WGMMA; }
 
-// d[m * 64 + n] = Σ_k a[m * 64 + k] · b[k * 64 + n]. kRegsA: A from registers; kMnB: B
+// d[m * N + n] = Σ_k a[m * 64 + k] · b[k * N + n]. kRegsA: A from registers; kMnB: B
 // MN-major. swap_b_offsets: the descriptor's leading and stride offsets of B exchanged (to
 // tell, if the product is wrong, which reading of the two the hardware has).
-template <bool kRegsA, bool kMnB>
+template <int kN, bool kRegsA, bool kMnB>
 __global__ void wgmma_kernel(const uint16_t* a, const uint16_t* b, float* d, bool swap_b_offsets) {
 #if VXQA_HAS_WGMMA
-  using BLayout = typename std::conditional<kMnB, BMnLayout, BKLayout>::type;
+  static_assert(kN == 64 || !kRegsA, "wgmma test: A from registers is tested at N 64");
+  using BLayout = typename std::conditional<kMnB, wg::MnMajorLayout<kN, kK>, wg::KMajorLayout<kN, kK>>::type;
   __shared__ __align__(128) uint8_t a_tile[ALayout::kBytes];
   __shared__ __align__(128) uint8_t b_tile[BLayout::kBytes];
   const int t = threadIdx.x;
@@ -63,22 +62,24 @@ __global__ void wgmma_kernel(const uint16_t* a, const uint16_t* b, float* d, boo
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(b_tile));
   const uint32_t b_lead = swap_b_offsets ? BLayout::kStrideBytes : BLayout::kLeadingBytes;
   const uint32_t b_stride = swap_b_offsets ? BLayout::kLeadingBytes : BLayout::kStrideBytes;
-  float acc[32];
-  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  float acc[kN / 2];
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
   vxqa::arch::wgmma::fence_operands();
   for (int step = 0; step < kK / 16; ++step) {
     const uint64_t b_desc = wg::descriptor(b_base + BLayout::step_offset(0, step), b_lead, b_stride);
+    const uint64_t a_desc =
+        wg::descriptor(a_base + ALayout::step_offset(0, step), ALayout::kLeadingBytes, ALayout::kStrideBytes);
     if constexpr (kRegsA) {
       vxqa::arch::wgmma::mma_m64n64k16_rs<kMnB>(acc, ra[step], b_desc, step > 0);
-    } else {
-      const uint64_t a_desc = wg::descriptor(a_base + ALayout::step_offset(0, step), ALayout::kLeadingBytes,
-                                             ALayout::kStrideBytes);
+    } else if constexpr (kN == 64) {
       vxqa::arch::wgmma::mma_m64n64k16_ss<kMnB>(acc, a_desc, b_desc, step > 0);
+    } else {
+      vxqa::arch::wgmma::mma_m64n32k16_ss<kMnB>(acc, a_desc, b_desc, step > 0);
     }
   }
   vxqa::arch::wgmma::commit();
   vxqa::arch::wgmma::wait<0>();
-  for (int i = 0; i < 32; ++i) d[wg::d_row(t, i) * kN + wg::d_col(t, i)] = acc[i];
+  for (int i = 0; i < kN / 2; ++i) d[wg::d_row(t, i) * kN + wg::d_col(t, i)] = acc[i];
 #endif
 }
 
@@ -99,45 +100,48 @@ bool runs_wgmma() {
 }
 
 struct Operands {
+  int n;
   std::vector<uint16_t> a, b;  // a[m][k], b[k][n]
   std::vector<double> d, bound;  // the exact product and a bound on fp32 accumulation's error
 };
 
-Operands random_operands(uint64_t seed) {
+Operands random_operands(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(-2.0, 2.0);
   Operands o;
+  o.n = n;
   o.a.resize(kM * kK);
-  o.b.resize(kK * kN);
+  o.b.resize(kK * n);
   for (uint16_t& x : o.a) x = fp16_from_double(uniform(rng));
   for (uint16_t& x : o.b) x = fp16_from_double(uniform(rng));
-  o.d.assign(kM * kN, 0.0);
-  o.bound.assign(kM * kN, 0.0);
+  o.d.assign(kM * n, 0.0);
+  o.bound.assign(kM * n, 0.0);
   for (int m = 0; m < kM; ++m)
-    for (int n = 0; n < kN; ++n) {
+    for (int col = 0; col < n; ++col) {
       double sum = 0, magnitude = 0;
       for (int k = 0; k < kK; ++k) {
-        const double p = fp16_to_double(o.a[m * kK + k]) * fp16_to_double(o.b[k * kN + n]);
+        const double p = fp16_to_double(o.a[m * kK + k]) * fp16_to_double(o.b[k * n + col]);
         sum += p;
         magnitude += std::fabs(p);
       }
-      o.d[m * kN + n] = sum;
+      o.d[m * n + col] = sum;
       // Each product is exact in fp32; k additions round at most 2^-23 of the running sum
       // each (the tensor core may truncate: twice that).
-      o.bound[m * kN + n] = kK * std::ldexp(magnitude, -22);
+      o.bound[m * n + col] = kK * std::ldexp(magnitude, -22);
     }
   return o;
 }
 
 // Elements of the product outside their bound (a NaN is outside).
-template <bool kRegsA, bool kMnB>
+template <int kN, bool kRegsA, bool kMnB>
 int wrong_elements(const Operands& o, bool swap_b_offsets) {
+  REQUIRE(o.n == kN);
   DeviceBuffer<uint16_t> da(o.a.size()), db(o.b.size());
   DeviceBuffer<float> dd(kM * kN);
   da.upload(o.a);
   db.upload(o.b);
   dd.poison();
-  wgmma_kernel<kRegsA, kMnB><<<1, 128>>>(da.get(), db.get(), dd.get(), swap_b_offsets);
+  wgmma_kernel<kN, kRegsA, kMnB><<<1, 128>>>(da.get(), db.get(), dd.get(), swap_b_offsets);
   VXQA_CUDA_CHECK_LAUNCH();
   const std::vector<float> d = dd.download();
   int wrong = 0;
@@ -146,14 +150,14 @@ int wrong_elements(const Operands& o, bool swap_b_offsets) {
   return wrong;
 }
 
-template <bool kRegsA, bool kMnB>
+template <int kN, bool kRegsA, bool kMnB>
 void check_product(uint64_t seed) {
-  INFO("wgmma m64n64k16 x4, A " << (kRegsA ? "in registers" : "in shared memory") << ", B "
-                                << (kMnB ? "MN-major" : "K-major") << ", seed " << seed);
-  const Operands o = random_operands(seed);
-  const int wrong = wrong_elements<kRegsA, kMnB>(o, false);
+  INFO("wgmma m64n" << kN << "k16 x4, A " << (kRegsA ? "in registers" : "in shared memory") << ", B "
+                    << (kMnB ? "MN-major" : "K-major") << ", seed " << seed);
+  const Operands o = random_operands(kN, seed);
+  const int wrong = wrong_elements<kN, kRegsA, kMnB>(o, false);
   if (wrong != 0) {  // which reading of the descriptor's two offsets the hardware has
-    const int swapped = wrong_elements<kRegsA, kMnB>(o, true);
+    const int swapped = wrong_elements<kN, kRegsA, kMnB>(o, true);
     WARN("with B's leading and stride offsets exchanged: " << swapped << " of " << kM * kN << " wrong");
   }
   CHECK(wrong == 0);
@@ -161,23 +165,25 @@ void check_product(uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("wgmma: m64n64k16 through the layouts and fragment tables, A from shared memory or registers, "
-          "B K-major or MN-major",
+TEST_CASE("wgmma: m64n64k16 and m64n32k16 through the layouts and fragment tables, A from shared memory or "
+          "registers, B K-major or MN-major",
           "[wgmma]") {
   if (!runs_wgmma())
     return vxqa_test::skip("the warpgroup MMA needs an sm_90 GPU and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES 90a)");
   for (uint64_t seed : {1u, 2u, 3u}) {
-    check_product<false, false>(seed);
-    check_product<true, false>(seed);
-    check_product<false, true>(seed);
-    check_product<true, true>(seed);
+    check_product<64, false, false>(seed);
+    check_product<64, true, false>(seed);
+    check_product<64, false, true>(seed);
+    check_product<64, true, true>(seed);
+    check_product<32, false, false>(seed);
+    check_product<32, false, true>(seed);
   }
 }
 
 TEST_CASE("wgmma: a wrong layout fails the check (A's rows 0 and 1 exchanged)", "[wgmma]") {
   if (!runs_wgmma())
     return vxqa_test::skip("the warpgroup MMA needs an sm_90 GPU and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES 90a)");
-  Operands o = random_operands(7);
+  Operands o = random_operands(64, 7);
   for (int k = 0; k < kK; ++k) std::swap(o.a[k], o.a[kK + k]);  // the reference keeps the old rows
-  CHECK(wrong_elements<false, false>(o, false) == 2 * kN);
+  CHECK(wrong_elements<64, false, false>(o, false) == 2 * 64);
 }

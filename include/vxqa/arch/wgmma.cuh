@@ -1,8 +1,8 @@
 // vxqa/arch/wgmma.cuh — sm_90a's warpgroup MMA: the 128 threads of a warpgroup (4 whole,
-// consecutive warps, the first a multiple of 4) multiply a 64 x 16 A by a 16 x 64 B into 64 x 64
-// f32 accumulators, f16 inputs, asynchronously. B is read from shared memory through a
-// descriptor, A from shared memory too or from registers (mma/wgmma_layout.cuh: the layouts,
-// the descriptor, which thread holds which element).
+// consecutive warps, the first a multiple of 4) multiply a 64 x 16 A by a 16 x N B (N 64 or
+// 32) into 64 x N f32 accumulators, f16 inputs, asynchronously. B is read from shared memory
+// through a descriptor, A from shared memory too or from registers (mma/wgmma_layout.cuh:
+// the layouts, the descriptor, which thread holds which element).
 //
 // The protocol (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 //   fence_operands()   before the first wgmma, and after registers that a wgmma reads or
@@ -43,6 +43,20 @@ VXQA_DEVICE void mma_m64n64k16_ss(float (&d)[32], uint64_t a_desc, uint64_t b_de
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, %35;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+}
+
+// The same, m64n32k16 (16 accumulators a thread): B is 32 columns.
+template <bool kTransposeB>
+VXQA_DEVICE void mma_m64n32k16_ss(float (&d)[16], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, %19;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
 }
 
