@@ -14,7 +14,8 @@
 //   O += P·V   16 wgmma m64n64k16, P from registers (S's accumulators as fp16), V MN-major.
 // So the KV is read from global memory once for up to 64 W rows.
 //
-//   vxqa_wgmma_rows [--check]   --check: a small problem against a float64 reference only.
+//   vxqa_wgmma_rows [--check | --only ROWS TILE CHUNK]   --check: a small problem against a
+//   float64 reference only; --only: three launches of one configuration, lean (for ncu).
 // Prints one line per configuration: µs (median of 30 launches, CUDA events), GB/s of K and
 // V bytes.
 #include <cuda_fp16.h>
@@ -28,6 +29,8 @@
 #include <vector>
 
 #include <vxqa/arch/cp_async.cuh>
+#include <vxqa/arch/fast_float.cuh>
+#include <vxqa/arch/named_barrier.cuh>
 #include <vxqa/arch/wgmma.cuh>
 #include <vxqa/mma/wgmma_layout.cuh>
 #include <vxqa/numeric/e5m2.cuh>
@@ -84,7 +87,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int W, int kTile, bool kOverlap>
+template <int W, int kTile, bool kLean>
 __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_kernel(Args a) {
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -194,7 +197,7 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      alpha[r] = exp2f(m[r] - mx[r]);
+      alpha[r] = kLean ? vxqa::arch::exp2_ftz(m[r] - mx[r]) : exp2f(m[r] - mx[r]);
       m[r] = mx[r];
       l[r] *= alpha[r];
     }
@@ -202,14 +205,18 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
 #pragma unroll
     for (int i = 0; i < kTile / 2; i += 2) {
       const int r = (i >> 1) & 1;
-      const float p0 = exp2f(s[i] - m[r]), p1 = exp2f(s[i + 1] - m[r]);
+      const float p0 = kLean ? vxqa::arch::exp2_ftz(s[i] - m[r]) : exp2f(s[i] - m[r]);
+      const float p1 = kLean ? vxqa::arch::exp2_ftz(s[i + 1] - m[r]) : exp2f(s[i + 1] - m[r]);
       l[r] += p0 + p1;
       p[i >> 3][(i >> 1) & 3] = pack_half2(p0, p1);
     }
+    // Lean: most tiles move no row's max; the warp skips the rescale then.
+    if (!kLean || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+      for (int n = 0; n < 4; ++n)
 #pragma unroll
-      for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
+        for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
+    }
 
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
@@ -223,44 +230,18 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
 
   issue(0);
   issue(1);
-  if constexpr (!kOverlap) {
-    // Each tile: convert K and V, then QK, softmax, PV, waited for before the next conversion.
-    for (int j = 0; j < tiles; ++j) {
-      vxqa::arch::cp_async_wait<1>();
-      __syncthreads();  // tile j's copies; every warpgroup done with the fp16 tiles
-      convert(j, 0);
-      convert(j, 1);
-      vxqa::arch::wgmma::fence_shared_for_async();
-      __syncthreads();  // the fp16 tiles written, stage j % 2 free
-      issue(j + 2);
-      tile_up_to_pv(j);
-      vxqa::arch::wgmma::wait<0>();
-    }
-  } else {
-    // Tile j + 1's K is converted while tile j's P·V runs (K(j) is done with after QK(j)),
-    // its V after P·V(j) is waited for.
-    if (tiles > 0) {
-      vxqa::arch::cp_async_wait<1>();
-      __syncthreads();
-      convert(0, 0);
-      convert(0, 1);
-      vxqa::arch::wgmma::fence_shared_for_async();
-      __syncthreads();
-      issue(2);
-    }
-    for (int j = 0; j < tiles; ++j) {
-      tile_up_to_pv(j);
-      const bool next = j + 1 < tiles;
-      vxqa::arch::cp_async_wait<1>();
-      __syncthreads();  // tile j + 1's copies; every warpgroup past QK(j): the K tile is free
-      if (next) convert(j + 1, 0);
-      vxqa::arch::wgmma::wait<0>();  // this warpgroup's P·V(j)
-      __syncthreads();  // ... and every warpgroup's: the V tile is free
-      if (next) convert(j + 1, 1);
-      vxqa::arch::wgmma::fence_shared_for_async();
-      __syncthreads();  // the fp16 tiles of j + 1 written, its stage free
-      issue(j + 3);
-    }
+  // Each tile: convert K and V, then QK, softmax, PV, waited for before the next conversion.
+  // (Converting tile j + 1's K while P·V(j) runs, as the first runs did, changed nothing.)
+  for (int j = 0; j < tiles; ++j) {
+    vxqa::arch::cp_async_wait<1>();
+    __syncthreads();  // tile j's copies; every warpgroup done with the fp16 tiles
+    convert(j, 0);
+    convert(j, 1);
+    vxqa::arch::wgmma::fence_shared_for_async();
+    __syncthreads();  // the fp16 tiles written, stage j % 2 free
+    issue(j + 2);
+    tile_up_to_pv(j);
+    vxqa::arch::wgmma::wait<0>();
   }
   vxqa::arch::cp_async_wait<0>();
 
@@ -284,6 +265,190 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
   if ((wg_t & 3) == 0) {
     for (int r = 0; r < 2; ++r) {
       const int row = group * 64 + wg::d_row(wg_t, 2 * r);
+      if (row < a.rows) *reinterpret_cast<float2*>(a.ml + (slot * a.rows + row) * 2) = make_float2(m[r], l[r]);
+    }
+  }
+#endif
+}
+
+// Warp-specialized: warpgroup 0 copies and converts, warpgroup 1 (64 rows) computes. Tiles of
+// 32 tokens; a ring of kRing stages of codes (the producer's alone) and two fp16 tiles that
+// the producer fills and the consumer empties, handed over on named barriers: kFull + b
+// (the producer arrives, the consumer waits), kEmpty + b (the other way round). So the
+// conversion of tile j + 1 runs while tile j's QK, softmax and P·V do.
+constexpr int kRing = 3;
+struct SpecShape {
+  static constexpr int kTile = 32;
+  using KLayout = wg::KMajorLayout<kTile, kD>;
+  using VLayout = wg::MnMajorLayout<kD, kTile>;
+  static constexpr int kFp8TileBytes = kTile * kD;
+  static constexpr int kQ = 0;
+  static constexpr int kRingOffset = QLayout::kBytes;
+  static constexpr int kFp16 = kRingOffset + kRing * 2 * kFp8TileBytes;  // two of [K | V]
+  static constexpr int kFp16Bytes = KLayout::kBytes + VLayout::kBytes;
+  static constexpr int kBytes = kFp16 + 2 * kFp16Bytes;
+};
+enum SpecBarrier : int { kProducers = 1, kFull = 2, kEmpty = 4 };
+
+__global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
+#if VXQA_HAS_WGMMA
+  extern __shared__ __align__(1024) uint8_t smem[];
+  using S = SpecShape;
+  using KLayout = S::KLayout;
+  using VLayout = S::VLayout;
+  constexpr int kTile = S::kTile;
+  const int t = threadIdx.x, wg_t = t & 127;
+  const bool producer = t < 128;
+  const int seq = blockIdx.y, chunk = blockIdx.x;
+  const int length = a.lengths[seq];
+  const int begin = chunk * a.chunk_tokens, end = min(length, begin + a.chunk_tokens);
+  const int tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
+  const int32_t* table = a.block_table + int64_t(seq) * a.max_pages;
+
+  for (int i = t; i < 64 * (kD / 8); i += 256) {
+    const int row = i / (kD / 8), d0 = (i % (kD / 8)) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (row < a.rows) x = *reinterpret_cast<const uint4*>(a.q + (int64_t(seq) * a.rows + row) * kD + d0);
+    *reinterpret_cast<uint4*>(smem + S::kQ + QLayout::offset(row, d0)) = x;
+  }
+  vxqa::arch::wgmma::fence_shared_for_async();
+  __syncthreads();
+
+  if (producer) {
+    constexpr int kThreadsPerRow = 128 / kTile, kChunksPerThread = kD / 16 / kThreadsPerRow;
+    auto issue = [&](int j) {
+      if (j < tiles) {
+        uint8_t* stage = smem + S::kRingOffset + (j % kRing) * 2 * S::kFp8TileBytes;
+        const int row = t / kThreadsPerRow, part = t % kThreadsPerRow;
+        const int token = begin + j * kTile + row;
+        const bool live = token < end;
+        const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
+#pragma unroll
+        for (int which = 0; which < 2; ++which)
+#pragma unroll
+          for (int u = 0; u < kChunksPerThread; ++u) {
+            const int c = part * kChunksPerThread + u;
+            vxqa::arch::cp_async_16_or_zero(stage + which * S::kFp8TileBytes + row * kD + 16 * (c ^ (row % 8)),
+                                            (which ? a.v : a.k) + offset + 16 * c, live);
+          }
+      }
+      vxqa::arch::cp_async_commit();
+    };
+#pragma unroll
+    for (int j = 0; j < kRing - 1; ++j) issue(j);
+    for (int j = 0; j < tiles; ++j) {
+      vxqa::arch::cp_async_wait<kRing - 2>();
+      vxqa::arch::named_barrier_sync(kProducers, 128);  // tile j landed; tile j - 1's stage converted
+      issue(j + kRing - 1);
+      const int b = j & 1;
+      if (j >= 2) vxqa::arch::named_barrier_sync(kEmpty + b, 256);  // the consumer is done with tile j - 2
+      const uint8_t* codes = smem + S::kRingOffset + (j % kRing) * 2 * S::kFp8TileBytes;
+      uint8_t* k_tile = smem + S::kFp16 + b * S::kFp16Bytes;
+      uint8_t* v_tile = k_tile + KLayout::kBytes;
+#pragma unroll
+      for (int which = 0; which < 2; ++which)
+#pragma unroll
+        for (int n = 0; n < kTile * (kD / 16) / 128; ++n) {
+          const int i = t + n * 128;
+          const int row = (i / 128) * 8 + i % 8, c = (i / 8) % 16, d0 = 16 * c;
+          const uint4 x =
+              *reinterpret_cast<const uint4*>(codes + which * S::kFp8TileBytes + row * kD + 16 * (c ^ (row % 8)));
+          const uint2 h0 = vxqa::e5m2x4_to_half2x2_bits(x.x), h1 = vxqa::e5m2x4_to_half2x2_bits(x.y);
+          const uint2 h2 = vxqa::e5m2x4_to_half2x2_bits(x.z), h3 = vxqa::e5m2x4_to_half2x2_bits(x.w);
+          uint8_t* lo = which == 0 ? k_tile + KLayout::offset(row, d0) : v_tile + VLayout::offset(d0, row);
+          uint8_t* hi = which == 0 ? k_tile + KLayout::offset(row, d0 + 8) : v_tile + VLayout::offset(d0 + 8, row);
+          *reinterpret_cast<uint4*>(lo) = make_uint4(h0.x, h0.y, h1.x, h1.y);
+          *reinterpret_cast<uint4*>(hi) = make_uint4(h2.x, h2.y, h3.x, h3.y);
+        }
+      vxqa::arch::wgmma::fence_shared_for_async();
+      vxqa::arch::named_barrier_arrive(kFull + b, 256);
+    }
+    vxqa::arch::cp_async_wait<0>();
+    return;
+  }
+
+  float o[4][32];
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[n][i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kQ));
+  for (int j = 0; j < tiles; ++j) {
+    const int b = j & 1;
+    vxqa::arch::named_barrier_sync(kFull + b, 256);
+    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kFp16 + b * S::kFp16Bytes));
+    const uint32_t v_base = k_base + KLayout::kBytes;
+    float s[kTile / 2];
+    vxqa::arch::wgmma::fence_operands();
+#pragma unroll
+    for (int step = 0; step < kD / 16; ++step)
+      vxqa::arch::wgmma::mma_m64n32k16_ss<false>(
+          s, wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes),
+          wg::descriptor(k_base + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes),
+          step > 0);
+    vxqa::arch::wgmma::commit();
+    vxqa::arch::wgmma::wait<0>();
+    const int tile_end = end - (begin + j * kTile);
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int i = 0; i < kTile / 2; ++i) {
+      s[i] = wg::d_col(wg_t, i) < tile_end ? s[i] * a.scale_log2 : -INFINITY;
+      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      alpha[r] = vxqa::arch::exp2_ftz(m[r] - mx[r]);
+      m[r] = mx[r];
+      l[r] *= alpha[r];
+    }
+    uint32_t p[kTile / 16][4];
+#pragma unroll
+    for (int i = 0; i < kTile / 2; i += 2) {
+      const int r = (i >> 1) & 1;
+      const float p0 = vxqa::arch::exp2_ftz(s[i] - m[r]), p1 = vxqa::arch::exp2_ftz(s[i + 1] - m[r]);
+      l[r] += p0 + p1;
+      p[i >> 3][(i >> 1) & 3] = pack_half2(p0, p1);
+    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
+    }
+    vxqa::arch::wgmma::fence_operands();
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int step = 0; step < kTile / 16; ++step)
+        vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
+            o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
+    vxqa::arch::wgmma::commit();
+    vxqa::arch::wgmma::wait<0>();
+    if (j + 2 < tiles) vxqa::arch::named_barrier_arrive(kEmpty + b, 256);  // the producer waits for it
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const int64_t slot = int64_t(seq) * a.chunks + chunk;
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int r = (i >> 1) & 1, row = wg::d_row(wg_t, i);
+      if (row >= a.rows) continue;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      *reinterpret_cast<float2*>(a.o + (slot * a.rows + row) * kD + 64 * n + wg::d_col(wg_t, i)) =
+          make_float2(o[n][i] * inv, o[n][i + 1] * inv);
+    }
+  if ((wg_t & 3) == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const int row = wg::d_row(wg_t, 2 * r);
       if (row < a.rows) *reinterpret_cast<float2*>(a.ml + (slot * a.rows + row) * 2) = make_float2(m[r], l[r]);
     }
   }
@@ -344,16 +509,21 @@ int chunks_of(const Problem& p, int chunk_tokens) {
   return (max_len + chunk_tokens - 1) / chunk_tokens;
 }
 
-template <int W, int kTile, bool kOverlap>
+// Times a configuration (median of `reps` launches after one untimed); reps 0: one launch.
+// kSpecialized: specialized_kernel (its W 1, tiles of 32), else rows_kernel<W, kTile, kLean>.
+template <int W, int kTile, bool kLean, bool kSpecialized = false>
 float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
+  using V = typename Shape<W, kTile>::VLayout;
+  static_assert(!kSpecialized || (W == 1 && kTile == SpecShape::kTile), "run: the specialized kernel is W 1, tile 32");
   Args a{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
-         1.f / 16.f * 1.4426950408889634f,
-         uint32_t(g_swap_v ? Shape<W, kTile>::VLayout::kStrideBytes : Shape<W, kTile>::VLayout::kLeadingBytes),
-         uint32_t(g_swap_v ? Shape<W, kTile>::VLayout::kLeadingBytes : Shape<W, kTile>::VLayout::kStrideBytes), d.o, d.ml};
-  const int smem = Shape<W, kTile>::kBytes;
-  CHECK_CUDA(cudaFuncSetAttribute(rows_kernel<W, kTile, kOverlap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+         1.f / 16.f * 1.4426950408889634f, uint32_t(g_swap_v ? V::kStrideBytes : V::kLeadingBytes),
+         uint32_t(g_swap_v ? V::kLeadingBytes : V::kStrideBytes), d.o, d.ml};
+  void (*kernel)(Args) = kSpecialized ? specialized_kernel : rows_kernel<W, kTile, kLean>;
+  const int smem = kSpecialized ? SpecShape::kBytes : Shape<W, kTile>::kBytes;
+  const int threads = kSpecialized ? 256 : 128 * W;
+  CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(a.chunks, p.batch);
-  rows_kernel<W, kTile, kOverlap><<<grid, 128 * W, smem, stream>>>(a);
+  kernel<<<grid, threads, smem, stream>>>(a);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaStreamSynchronize(stream));
   if (reps == 0) return 0.f;
@@ -363,7 +533,7 @@ float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStr
   CHECK_CUDA(cudaEventCreate(&e1));
   for (int r = 0; r < reps; ++r) {
     CHECK_CUDA(cudaEventRecord(e0, stream));
-    rows_kernel<W, kTile, kOverlap><<<grid, 128 * W, smem, stream>>>(a);
+    kernel<<<grid, threads, smem, stream>>>(a);
     CHECK_CUDA(cudaEventRecord(e1, stream));
     CHECK_CUDA(cudaEventSynchronize(e1));
     float ms = 0;
@@ -391,12 +561,12 @@ void release(Device& d) {
 }
 
 // One chunk a sequence, against float64: the largest error over the largest |O|.
-template <int W, int kTile, bool kOverlap>
+template <int W, int kTile, bool kLean, bool kSpecialized = false>
 bool check(int rows) {
   const Problem p = make({1000, 777, 64, 3}, rows, 5);
   const int chunk = 1024;
   Device d = to_device(p, 1);
-  run<W, kTile, kOverlap>(p, d, chunk, 0, 0);
+  run<W, kTile, kLean, kSpecialized>(p, d, chunk, 0, 0);
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
   CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
@@ -430,7 +600,7 @@ bool check(int rows) {
   release(d);
   const bool ok = worst <= 1e-2 * largest;
   std::printf("check W %d tile %d%s rows %d: largest error %.3g of max |O| %.3g: %s\n", W, kTile,
-              kOverlap ? " overlapped" : "", rows, worst, largest,
+              kSpecialized ? " specialized" : kLean ? " lean" : "", rows, worst, largest,
               ok ? "ok" : "WRONG");
   return ok;
 }
@@ -439,6 +609,20 @@ bool check(int rows) {
 
 int main(int argc, char** argv) {
   const bool only_check = argc > 1 && std::strcmp(argv[1], "--check") == 0;
+  if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {  // --only ROWS TILE CHUNK: three launches, for ncu
+    const int rows = std::atoi(argv[2]), tile = std::atoi(argv[3]), chunk = std::atoi(argv[4]);
+    Problem p = make(vxqa_bench::lengths(vxqa_bench::kShapes[1]), rows, 9);
+    Device d = to_device(p, chunks_of(p, chunk));
+    for (int r = 0; r < 3; ++r) {
+      if (rows <= 64) {
+        tile == 64 ? run<1, 64, true>(p, d, chunk, 0, 0) : run<1, 32, true>(p, d, chunk, 0, 0);
+      } else {
+        tile == 64 ? run<2, 64, true>(p, d, chunk, 0, 0) : run<2, 32, true>(p, d, chunk, 0, 0);
+      }
+    }
+    release(d);
+    return 0;
+  }
   bool ok = check<1, 64, false>(24);
   if (!ok) {  // which reading of V's two descriptor offsets the hardware has
     g_swap_v = true;
@@ -453,6 +637,8 @@ int main(int argc, char** argv) {
   ok = check<1, 32, true>(64) && ok;
   ok = check<2, 32, false>(96) && ok;
   ok = check<2, 32, true>(128) && ok;
+  ok = check<1, 32, true, true>(24) && ok;
+  ok = check<1, 32, true, true>(64) && ok;
   if (!ok) return 1;
   if (only_check) return 0;
   cudaStream_t stream;
@@ -465,9 +651,9 @@ int main(int argc, char** argv) {
               mbytes);
   Problem p = make(lengths, 128, 9);  // Q for 128 rows: the runs below use its first rows
   Device d = to_device(p, chunks_of(p, 1216));
-  auto line = [&](int rows, int w, int tile, int chunk, float us, float us_overlap) {
-    std::printf("rows %3d, W %d, tile %d, chunk %4d: %7.1f us (%5.0f GB/s); K converted under P.V: %7.1f us (%5.0f GB/s)\n",
-                rows, w, tile, chunk, us, mbytes * 1e3 / us, us_overlap, mbytes * 1e3 / us_overlap);
+  auto line = [&](int rows, int w, int tile, int chunk, float us, float us_lean) {
+    std::printf("rows %3d, W %d, tile %d, chunk %4d: %7.1f us (%5.0f GB/s); lean softmax: %7.1f us (%5.0f GB/s)\n",
+                rows, w, tile, chunk, us, mbytes * 1e3 / us, us_lean, mbytes * 1e3 / us_lean);
   };
   for (int rows : {24, 64, 96, 128}) {
     p.rows = rows;
@@ -475,6 +661,9 @@ int main(int argc, char** argv) {
       if (rows <= 64) {
         line(rows, 1, 64, chunk, run<1, 64, false>(p, d, chunk, 30, stream), run<1, 64, true>(p, d, chunk, 30, stream));
         line(rows, 1, 32, chunk, run<1, 32, false>(p, d, chunk, 30, stream), run<1, 32, true>(p, d, chunk, 30, stream));
+        const float us = run<1, 32, true, true>(p, d, chunk, 30, stream);
+        std::printf("rows %3d, specialized (a converting warpgroup, a computing one), tile 32, chunk %4d: %7.1f us (%5.0f GB/s)\n",
+                    rows, chunk, us, mbytes * 1e3 / us);
       } else {
         line(rows, 2, 64, chunk, run<2, 64, false>(p, d, chunk, 30, stream), run<2, 64, true>(p, d, chunk, 30, stream));
         line(rows, 2, 32, chunk, run<2, 32, false>(p, d, chunk, 30, stream), run<2, 32, true>(p, d, chunk, 30, stream));

@@ -13,6 +13,13 @@ namespace arch {
 VXQA_DEVICE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+
+// Arrives at barrier `id` without waiting: a producer tells the consumers that wait there
+// with named_barrier_sync (the same count: producers and consumers together) that its
+// writes before it are done.
+VXQA_DEVICE void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 #endif
 
 }  // namespace arch
