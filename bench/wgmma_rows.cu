@@ -290,6 +290,7 @@ struct SpecShape {
 };
 enum SpecBarrier : int { kProducers = 1, kFull = 2, kEmpty = 4 };
 
+template <bool kPipelined>
 __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -374,21 +375,23 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
     for (int i = 0; i < 32; ++i) o[n][i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kQ));
-  for (int j = 0; j < tiles; ++j) {
-    const int b = j & 1;
-    vxqa::arch::named_barrier_sync(kFull + b, 256);
-    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kFp16 + b * S::kFp16Bytes));
-    const uint32_t v_base = k_base + KLayout::kBytes;
-    float s[kTile / 2];
+  auto k_base = [&](int j) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kFp16 + (j & 1) * S::kFp16Bytes));
+  };
+  float s[kTile / 2];
+  uint32_t p[kTile / 16][4];
+  auto issue_qk = [&](int j) {  // S = Q·Kᵀ of tile j, once its fp16 tiles are full
+    vxqa::arch::named_barrier_sync(kFull + (j & 1), 256);
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
     for (int step = 0; step < kD / 16; ++step)
       vxqa::arch::wgmma::mma_m64n32k16_ss<false>(
           s, wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes),
-          wg::descriptor(k_base + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes),
+          wg::descriptor(k_base(j) + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes),
           step > 0);
     vxqa::arch::wgmma::commit();
-    vxqa::arch::wgmma::wait<0>();
+  };
+  auto softmax = [&](int j) {  // S's landed: P into p, O rescaled (no P·V of O in flight)
     const int tile_end = end - (begin + j * kTile);
     float mx[2] = {m[0], m[1]};
 #pragma unroll
@@ -405,7 +408,6 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
       m[r] = mx[r];
       l[r] *= alpha[r];
     }
-    uint32_t p[kTile / 16][4];
 #pragma unroll
     for (int i = 0; i < kTile / 2; i += 2) {
       const int r = (i >> 1) & 1;
@@ -419,6 +421,9 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
     }
+  };
+  auto issue_pv = [&](int j) {  // O += P·V of tile j
+    const uint32_t v_base = k_base(j) + KLayout::kBytes;
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -427,8 +432,36 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
         vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
             o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
     vxqa::arch::wgmma::commit();
+  };
+  auto release = [&](int j) {  // the producer waits for tile j's fp16 tiles only to refill them
+    if (j + 2 < tiles) vxqa::arch::named_barrier_arrive(kEmpty + (j & 1), 256);
+  };
+  if constexpr (!kPipelined) {
+    for (int j = 0; j < tiles; ++j) {
+      issue_qk(j);
+      vxqa::arch::wgmma::wait<0>();
+      softmax(j);
+      issue_pv(j);
+      vxqa::arch::wgmma::wait<0>();
+      release(j);
+    }
+  } else if (tiles > 0) {
+    // P·V of tile j in flight while tile j + 1's tiles are waited for and its QK is issued.
+    issue_qk(0);
     vxqa::arch::wgmma::wait<0>();
-    if (j + 2 < tiles) vxqa::arch::named_barrier_arrive(kEmpty + b, 256);  // the producer waits for it
+    softmax(0);
+    for (int j = 0; j < tiles; ++j) {
+      issue_pv(j);
+      if (j + 1 < tiles) {
+        issue_qk(j + 1);
+        vxqa::arch::wgmma::wait<1>();  // P·V(j) (groups complete in order)
+        release(j);
+        vxqa::arch::wgmma::wait<0>();
+        softmax(j + 1);
+      } else {
+        vxqa::arch::wgmma::wait<0>();
+      }
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -511,14 +544,14 @@ int chunks_of(const Problem& p, int chunk_tokens) {
 
 // Times a configuration (median of `reps` launches after one untimed); reps 0: one launch.
 // kSpecialized: specialized_kernel (its W 1, tiles of 32), else rows_kernel<W, kTile, kLean>.
-template <int W, int kTile, bool kLean, bool kSpecialized = false>
+template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false>
 float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
   using V = typename Shape<W, kTile>::VLayout;
   static_assert(!kSpecialized || (W == 1 && kTile == SpecShape::kTile), "run: the specialized kernel is W 1, tile 32");
   Args a{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
          1.f / 16.f * 1.4426950408889634f, uint32_t(g_swap_v ? V::kStrideBytes : V::kLeadingBytes),
          uint32_t(g_swap_v ? V::kLeadingBytes : V::kStrideBytes), d.o, d.ml};
-  void (*kernel)(Args) = kSpecialized ? specialized_kernel : rows_kernel<W, kTile, kLean>;
+  void (*kernel)(Args) = kSpecialized ? specialized_kernel<kPipelined> : rows_kernel<W, kTile, kLean>;
   const int smem = kSpecialized ? SpecShape::kBytes : Shape<W, kTile>::kBytes;
   const int threads = kSpecialized ? 256 : 128 * W;
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -561,12 +594,12 @@ void release(Device& d) {
 }
 
 // One chunk a sequence, against float64: the largest error over the largest |O|.
-template <int W, int kTile, bool kLean, bool kSpecialized = false>
+template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false>
 bool check(int rows) {
   const Problem p = make({1000, 777, 64, 3}, rows, 5);
   const int chunk = 1024;
   Device d = to_device(p, 1);
-  run<W, kTile, kLean, kSpecialized>(p, d, chunk, 0, 0);
+  run<W, kTile, kLean, kSpecialized, kPipelined>(p, d, chunk, 0, 0);
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
   CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
@@ -600,7 +633,7 @@ bool check(int rows) {
   release(d);
   const bool ok = worst <= 1e-2 * largest;
   std::printf("check W %d tile %d%s rows %d: largest error %.3g of max |O| %.3g: %s\n", W, kTile,
-              kSpecialized ? " specialized" : kLean ? " lean" : "", rows, worst, largest,
+              kPipelined ? " specialized, pipelined" : kSpecialized ? " specialized" : kLean ? " lean" : "", rows, worst, largest,
               ok ? "ok" : "WRONG");
   return ok;
 }
@@ -639,6 +672,8 @@ int main(int argc, char** argv) {
   ok = check<2, 32, true>(128) && ok;
   ok = check<1, 32, true, true>(24) && ok;
   ok = check<1, 32, true, true>(64) && ok;
+  ok = check<1, 32, true, true, true>(24) && ok;
+  ok = check<1, 32, true, true, true>(64) && ok;
   if (!ok) return 1;
   if (only_check) return 0;
   cudaStream_t stream;
@@ -662,8 +697,10 @@ int main(int argc, char** argv) {
         line(rows, 1, 64, chunk, run<1, 64, false>(p, d, chunk, 30, stream), run<1, 64, true>(p, d, chunk, 30, stream));
         line(rows, 1, 32, chunk, run<1, 32, false>(p, d, chunk, 30, stream), run<1, 32, true>(p, d, chunk, 30, stream));
         const float us = run<1, 32, true, true>(p, d, chunk, 30, stream);
-        std::printf("rows %3d, specialized (a converting warpgroup, a computing one), tile 32, chunk %4d: %7.1f us (%5.0f GB/s)\n",
-                    rows, chunk, us, mbytes * 1e3 / us);
+        const float us_pipelined = run<1, 32, true, true, true>(p, d, chunk, 30, stream);
+        std::printf("rows %3d, specialized (a converting warpgroup, a computing one), tile 32, chunk %4d: %7.1f us (%5.0f "
+                    "GB/s); P.V(j) under QK(j + 1): %7.1f us (%5.0f GB/s)\n",
+                    rows, chunk, us, mbytes * 1e3 / us, us_pipelined, mbytes * 1e3 / us_pipelined);
       } else {
         line(rows, 2, 64, chunk, run<2, 64, false>(p, d, chunk, 30, stream), run<2, 64, true>(p, d, chunk, 30, stream));
         line(rows, 2, 32, chunk, run<2, 32, false>(p, d, chunk, 30, stream), run<2, 32, true>(p, d, chunk, 30, stream));
