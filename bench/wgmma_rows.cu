@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
 // the producer fills and the consumer empties, handed over on named barriers: kFull + b
 // (the producer arrives, the consumer waits), kEmpty + b (the other way round). So the
 // conversion of tile j + 1 runs while tile j's QK, softmax and P·V do.
-constexpr int kRing = 3;
+constexpr int kRing = 6;
 struct SpecShape {
   static constexpr int kTile = 32;
   using KLayout = wg::KMajorLayout<kTile, kD>;
