@@ -271,42 +271,49 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
 #endif
 }
 
-// Warp-specialized: warpgroup 0 copies and converts, warpgroup 1 (64 rows) computes. Tiles of
-// 32 tokens; a ring of kRing stages of codes (the producer's alone) and two fp16 tiles that
-// the producer fills and the consumer empties, handed over on named barriers: kFull + b
-// (the producer arrives, the consumer waits), kEmpty + b (the other way round). So the
-// conversion of tile j + 1 runs while tile j's QK, softmax and P·V do.
-constexpr int kRing = 6;
+// Warp-specialized: warpgroup 0 copies and converts, warpgroups 1 .. kConsumers compute the
+// same 64 rows over alternate tiles (merged at the end), so that one's softmax runs while the
+// other's MMAs do. Tiles of 32 tokens; a ring of kRing stages of codes (the producer's alone)
+// and 2 · kConsumers fp16 tiles that the producer fills and the consumers empty, handed over
+// on named barriers: kFull + b (the producer arrives, a consumer waits), kEmpty + b (the
+// other way round). So the conversion of tile j + 1 runs while tile j's QK, softmax and P·V
+// do. With two consumers the producer gives its registers to them (setmaxnreg).
+constexpr int kRing = 3;
+template <int kConsumers>
 struct SpecShape {
   static constexpr int kTile = 32;
+  static constexpr int kBuffers = 2 * kConsumers;
   using KLayout = wg::KMajorLayout<kTile, kD>;
   using VLayout = wg::MnMajorLayout<kD, kTile>;
   static constexpr int kFp8TileBytes = kTile * kD;
   static constexpr int kQ = 0;
   static constexpr int kRingOffset = QLayout::kBytes;
-  static constexpr int kFp16 = kRingOffset + kRing * 2 * kFp8TileBytes;  // two of [K | V]
+  static constexpr int kFp16 = kRingOffset + kRing * 2 * kFp8TileBytes;  // kBuffers of [K | V]
   static constexpr int kFp16Bytes = KLayout::kBytes + VLayout::kBytes;
-  static constexpr int kBytes = kFp16 + 2 * kFp16Bytes;
+  static constexpr int kBytes = kFp16 + kBuffers * kFp16Bytes;
+  static_assert(kConsumers == 1 || 64 * kD * 4 + 64 * 4 * 4 <= kBuffers * kFp16Bytes,
+                "SpecShape: the second consumer's O and (m, l) must fit in the fp16 tiles");
 };
-enum SpecBarrier : int { kProducers = 1, kFull = 2, kEmpty = 4 };
+enum SpecBarrier : int { kProducers = 1, kFull = 2, kEmpty = 6, kConsumersMerge = 10 };
 
-template <bool kPipelined>
-__global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
+template <bool kPipelined, int kConsumers>
+__global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(Args a) {
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
-  using S = SpecShape;
-  using KLayout = S::KLayout;
-  using VLayout = S::VLayout;
-  constexpr int kTile = S::kTile;
+  using S = SpecShape<kConsumers>;
+  using KLayout = typename S::KLayout;
+  using VLayout = typename S::VLayout;
+  constexpr int kTile = S::kTile, kBuffers = S::kBuffers, kThreads = 128 * (1 + kConsumers);
   const int t = threadIdx.x, wg_t = t & 127;
   const bool producer = t < 128;
+  const int consumer = (t >> 7) - 1;
   const int seq = blockIdx.y, chunk = blockIdx.x;
   const int length = a.lengths[seq];
   const int begin = chunk * a.chunk_tokens, end = min(length, begin + a.chunk_tokens);
   const int tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   const int32_t* table = a.block_table + int64_t(seq) * a.max_pages;
 
-  for (int i = t; i < 64 * (kD / 8); i += 256) {
+  for (int i = t; i < 64 * (kD / 8); i += kThreads) {
     const int row = i / (kD / 8), d0 = (i % (kD / 8)) * 8;
     uint4 x = make_uint4(0, 0, 0, 0);
     if (row < a.rows) x = *reinterpret_cast<const uint4*>(a.q + (int64_t(seq) * a.rows + row) * kD + d0);
@@ -316,6 +323,7 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
   __syncthreads();
 
   if (producer) {
+    if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
     constexpr int kThreadsPerRow = 128 / kTile, kChunksPerThread = kD / 16 / kThreadsPerRow;
     auto issue = [&](int j) {
       if (j < tiles) {
@@ -341,8 +349,8 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
       vxqa::arch::cp_async_wait<kRing - 2>();
       vxqa::arch::named_barrier_sync(kProducers, 128);  // tile j landed; tile j - 1's stage converted
       issue(j + kRing - 1);
-      const int b = j & 1;
-      if (j >= 2) vxqa::arch::named_barrier_sync(kEmpty + b, 256);  // the consumer is done with tile j - 2
+      const int b = j % kBuffers;
+      if (j >= kBuffers) vxqa::arch::named_barrier_sync(kEmpty + b, 256);  // its consumer is done with tile j - kBuffers
       const uint8_t* codes = smem + S::kRingOffset + (j % kRing) * 2 * S::kFp8TileBytes;
       uint8_t* k_tile = smem + S::kFp16 + b * S::kFp16Bytes;
       uint8_t* v_tile = k_tile + KLayout::kBytes;
@@ -367,6 +375,7 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
     vxqa::arch::cp_async_wait<0>();
     return;
   }
+  if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
 
   float o[4][32];
 #pragma unroll
@@ -376,12 +385,12 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kQ));
   auto k_base = [&](int j) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kFp16 + (j & 1) * S::kFp16Bytes));
+    return static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kFp16 + (j % kBuffers) * S::kFp16Bytes));
   };
   float s[kTile / 2];
   uint32_t p[kTile / 16][4];
   auto issue_qk = [&](int j) {  // S = Q·Kᵀ of tile j, once its fp16 tiles are full
-    vxqa::arch::named_barrier_sync(kFull + (j & 1), 256);
+    vxqa::arch::named_barrier_sync(kFull + j % kBuffers, 256);
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
     for (int step = 0; step < kD / 16; ++step)
@@ -434,10 +443,10 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
     vxqa::arch::wgmma::commit();
   };
   auto release = [&](int j) {  // the producer waits for tile j's fp16 tiles only to refill them
-    if (j + 2 < tiles) vxqa::arch::named_barrier_arrive(kEmpty + (j & 1), 256);
+    if (j + kBuffers < tiles) vxqa::arch::named_barrier_arrive(kEmpty + j % kBuffers, 256);
   };
   if constexpr (!kPipelined) {
-    for (int j = 0; j < tiles; ++j) {
+    for (int j = consumer; j < tiles; j += kConsumers) {
       issue_qk(j);
       vxqa::arch::wgmma::wait<0>();
       softmax(j);
@@ -445,19 +454,19 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
       vxqa::arch::wgmma::wait<0>();
       release(j);
     }
-  } else if (tiles > 0) {
-    // P·V of tile j in flight while tile j + 1's tiles are waited for and its QK is issued.
-    issue_qk(0);
+  } else if (consumer < tiles) {
+    // P·V of tile j in flight while the consumer's next tile is waited for and its QK issued.
+    issue_qk(consumer);
     vxqa::arch::wgmma::wait<0>();
-    softmax(0);
-    for (int j = 0; j < tiles; ++j) {
+    softmax(consumer);
+    for (int j = consumer; j < tiles; j += kConsumers) {
       issue_pv(j);
-      if (j + 1 < tiles) {
-        issue_qk(j + 1);
+      if (j + kConsumers < tiles) {
+        issue_qk(j + kConsumers);
         vxqa::arch::wgmma::wait<1>();  // P·V(j) (groups complete in order)
         release(j);
         vxqa::arch::wgmma::wait<0>();
-        softmax(j + 1);
+        softmax(j + kConsumers);
       } else {
         vxqa::arch::wgmma::wait<0>();
       }
@@ -467,6 +476,38 @@ __global__ void __launch_bounds__(256, 1) specialized_kernel(Args a) {
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  if constexpr (kConsumers == 2) {  // the second consumer's (m, l, O) into the first's, through the fp16 tiles
+    float* o_area = reinterpret_cast<float*>(smem + S::kFp16);
+    float* ml_area = o_area + 64 * kD;
+    vxqa::arch::named_barrier_sync(kConsumersMerge, 256);  // both done with every tile
+    if (consumer == 1) {
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o_area[(n * 32 + i) * 128 + wg_t] = o[n][i];
+      *reinterpret_cast<float4*>(ml_area + 4 * wg_t) = make_float4(m[0], m[1], l[0], l[1]);
+    }
+    vxqa::arch::named_barrier_sync(kConsumersMerge, 256);
+    if (consumer == 1) return;
+    const float4 other = *reinterpret_cast<const float4*>(ml_area + 4 * wg_t);
+    const float other_m[2] = {other.x, other.y}, other_l[2] = {other.z, other.w};
+    float w_self[2], w_other[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float mx = fmaxf(m[r], other_m[r]);
+      w_self[r] = m[r] == -INFINITY ? 0.f : vxqa::arch::exp2_ftz(m[r] - mx);
+      w_other[r] = other_m[r] == -INFINITY ? 0.f : vxqa::arch::exp2_ftz(other_m[r] - mx);
+      l[r] = l[r] * w_self[r] + other_l[r] * w_other[r];
+      m[r] = mx;
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int r = (i >> 1) & 1;
+        o[n][i] = o[n][i] * w_self[r] + o_area[(n * 32 + i) * 128 + wg_t] * w_other[r];
+      }
   }
   const int64_t slot = int64_t(seq) * a.chunks + chunk;
 #pragma unroll
@@ -544,16 +585,17 @@ int chunks_of(const Problem& p, int chunk_tokens) {
 
 // Times a configuration (median of `reps` launches after one untimed); reps 0: one launch.
 // kSpecialized: specialized_kernel (its W 1, tiles of 32), else rows_kernel<W, kTile, kLean>.
-template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false>
+template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false, int kConsumers = 1>
 float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
   using V = typename Shape<W, kTile>::VLayout;
-  static_assert(!kSpecialized || (W == 1 && kTile == SpecShape::kTile), "run: the specialized kernel is W 1, tile 32");
+  static_assert(!kSpecialized || (W == 1 && kTile == SpecShape<kConsumers>::kTile),
+                "run: the specialized kernel is W 1, tile 32");
   Args a{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
          1.f / 16.f * 1.4426950408889634f, uint32_t(g_swap_v ? V::kStrideBytes : V::kLeadingBytes),
          uint32_t(g_swap_v ? V::kLeadingBytes : V::kStrideBytes), d.o, d.ml};
-  void (*kernel)(Args) = kSpecialized ? specialized_kernel<kPipelined> : rows_kernel<W, kTile, kLean>;
-  const int smem = kSpecialized ? SpecShape::kBytes : Shape<W, kTile>::kBytes;
-  const int threads = kSpecialized ? 256 : 128 * W;
+  void (*kernel)(Args) = kSpecialized ? specialized_kernel<kPipelined, kConsumers> : rows_kernel<W, kTile, kLean>;
+  const int smem = kSpecialized ? SpecShape<kConsumers>::kBytes : Shape<W, kTile>::kBytes;
+  const int threads = kSpecialized ? 128 * (1 + kConsumers) : 128 * W;
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(a.chunks, p.batch);
   kernel<<<grid, threads, smem, stream>>>(a);
@@ -594,12 +636,12 @@ void release(Device& d) {
 }
 
 // One chunk a sequence, against float64: the largest error over the largest |O|.
-template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false>
+template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false, int kConsumers = 1>
 bool check(int rows) {
   const Problem p = make({1000, 777, 64, 3}, rows, 5);
   const int chunk = 1024;
   Device d = to_device(p, 1);
-  run<W, kTile, kLean, kSpecialized, kPipelined>(p, d, chunk, 0, 0);
+  run<W, kTile, kLean, kSpecialized, kPipelined, kConsumers>(p, d, chunk, 0, 0);
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
   CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
@@ -633,7 +675,7 @@ bool check(int rows) {
   release(d);
   const bool ok = worst <= 1e-2 * largest;
   std::printf("check W %d tile %d%s rows %d: largest error %.3g of max |O| %.3g: %s\n", W, kTile,
-              kPipelined ? " specialized, pipelined" : kSpecialized ? " specialized" : kLean ? " lean" : "", rows, worst, largest,
+              kConsumers == 2 ? " specialized, two consumers" : kPipelined ? " specialized, pipelined" : kSpecialized ? " specialized" : kLean ? " lean" : "", rows, worst, largest,
               ok ? "ok" : "WRONG");
   return ok;
 }
@@ -674,6 +716,9 @@ int main(int argc, char** argv) {
   ok = check<1, 32, true, true>(64) && ok;
   ok = check<1, 32, true, true, true>(24) && ok;
   ok = check<1, 32, true, true, true>(64) && ok;
+  ok = check<1, 32, true, true, true, 2>(24) && ok;
+  ok = check<1, 32, true, true, true, 2>(64) && ok;
+  ok = check<1, 32, true, true, false, 2>(24) && ok;
   if (!ok) return 1;
   if (only_check) return 0;
   cudaStream_t stream;
@@ -701,6 +746,11 @@ int main(int argc, char** argv) {
         std::printf("rows %3d, specialized (a converting warpgroup, a computing one), tile 32, chunk %4d: %7.1f us (%5.0f "
                     "GB/s); P.V(j) under QK(j + 1): %7.1f us (%5.0f GB/s)\n",
                     rows, chunk, us, mbytes * 1e3 / us, us_pipelined, mbytes * 1e3 / us_pipelined);
+        const float us_two = run<1, 32, true, true, false, 2>(p, d, chunk, 30, stream);
+        const float us_two_pipelined = run<1, 32, true, true, true, 2>(p, d, chunk, 30, stream);
+        std::printf("rows %3d, specialized, two computing warpgroups over alternate tiles, chunk %4d: %7.1f us (%5.0f "
+                    "GB/s); P.V(j) under the next QK: %7.1f us (%5.0f GB/s)\n",
+                    rows, chunk, us_two, mbytes * 1e3 / us_two, us_two_pipelined, mbytes * 1e3 / us_two_pipelined);
       } else {
         line(rows, 2, 64, chunk, run<2, 64, false>(p, d, chunk, 30, stream), run<2, 64, true>(p, d, chunk, 30, stream));
         line(rows, 2, 32, chunk, run<2, 32, false>(p, d, chunk, 30, stream), run<2, 32, true>(p, d, chunk, 30, stream));
