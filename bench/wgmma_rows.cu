@@ -5,14 +5,18 @@
 // tokens (every row sees every key: the few keys a causal limit masks change no time), one
 // pass of split-KV chunks whose partials (O / l, m, l a row) are written, no combine.
 //
-// A CTA: W warpgroups of 64 rows each (rows = G · q_len, padded), one (sequence, chunk).
-// Every thread copies the chunk's 64-token tiles of E5M2 K and V with cp.async into a ring of
-// two stages, and converts each tile into fp16 tiles in the warpgroup MMA's canonical layouts
-// (K K-major, V MN-major: mma/wgmma_layout.cuh), which every warpgroup then reads:
-//   S = Q·Kᵀ   16 wgmma m64n64k16, Q and K from shared memory;
+// rows_kernel<W, Tile, Lean>: a CTA of W warpgroups of 64 rows each (rows = G · q_len,
+// padded), one (sequence, chunk). Every thread copies the chunk's tiles (32 or 64 tokens) of
+// E5M2 K and V with cp.async into a ring of two stages, and converts each tile into fp16
+// tiles in the warpgroup MMA's canonical layouts (K K-major, V MN-major:
+// mma/wgmma_layout.cuh), which every warpgroup then reads:
+//   S = Q·Kᵀ   16 wgmma m64nTk16, Q and K from shared memory;
 //   softmax    on S's accumulators (a row is 4 threads of a quad), O rescaled;
-//   O += P·V   16 wgmma m64n64k16, P from registers (S's accumulators as fp16), V MN-major.
-// So the KV is read from global memory once for up to 64 W rows.
+//   O += P·V   wgmma m64n64k16, P from registers (S's accumulators as fp16), V MN-major.
+// So the KV is read from global memory once for up to 64 W rows. Lean: ex2.approx, and the
+// rescale skipped when no row's max moved.
+// specialized_kernel<Pipelined, Consumers>: the same loop with the copies and the conversion
+// in a warpgroup of their own (below).
 //
 //   vxqa_wgmma_rows [--check | --only ROWS TILE CHUNK]   --check: a small problem against a
 //   float64 reference only; --only: three launches of one configuration, lean (for ncu).
@@ -74,7 +78,7 @@ struct Args {
   const int32_t* lengths;
   const uint16_t* q;         // [batch][rows][256] fp16
   int rows;
-  int chunk_tokens;          // a multiple of 64
+  int chunk_tokens;          // a multiple of the tile
   int chunks;
   float scale_log2;          // softmax scale · log2(e)
   uint32_t v_lead, v_stride;  // V's descriptor offsets (exchanged by --check if the first reading fails)
