@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
     }
     vxqa::arch::wgmma::commit();
     vxqa::arch::wgmma::wait<0>();
+    vxqa::arch::wgmma::fence_registers(s);
 
     // Register i is row r0 + 8 ((i >> 1) & 1), token d_col(i).
     const int tile_end = end - (begin + j * kTile);
@@ -246,6 +247,8 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
     issue(j + 2);
     tile_up_to_pv(j);
     vxqa::arch::wgmma::wait<0>();
+#pragma unroll
+    for (int n = 0; n < 4; ++n) vxqa::arch::wgmma::fence_registers(o[n]);
   }
   vxqa::arch::cp_async_wait<0>();
 
@@ -449,30 +452,40 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
   auto release = [&](int j) {  // the producer waits for tile j's fp16 tiles only to refill them
     if (j + kBuffers < tiles) vxqa::arch::named_barrier_arrive(kEmpty + j % kBuffers, 256);
   };
+  auto hold_o = [&] {
+#pragma unroll
+    for (int n = 0; n < 4; ++n) vxqa::arch::wgmma::fence_registers(o[n]);
+  };
   if constexpr (!kPipelined) {
     for (int j = consumer; j < tiles; j += kConsumers) {
       issue_qk(j);
       vxqa::arch::wgmma::wait<0>();
+      vxqa::arch::wgmma::fence_registers(s);
       softmax(j);
       issue_pv(j);
       vxqa::arch::wgmma::wait<0>();
+      hold_o();
       release(j);
     }
   } else if (consumer < tiles) {
     // P·V of tile j in flight while the consumer's next tile is waited for and its QK issued.
     issue_qk(consumer);
     vxqa::arch::wgmma::wait<0>();
+    vxqa::arch::wgmma::fence_registers(s);
     softmax(consumer);
     for (int j = consumer; j < tiles; j += kConsumers) {
       issue_pv(j);
       if (j + kConsumers < tiles) {
         issue_qk(j + kConsumers);
         vxqa::arch::wgmma::wait<1>();  // P·V(j) (groups complete in order)
+        hold_o();
         release(j);
         vxqa::arch::wgmma::wait<0>();
+        vxqa::arch::wgmma::fence_registers(s);
         softmax(j + kConsumers);
       } else {
         vxqa::arch::wgmma::wait<0>();
+        hold_o();
       }
     }
   }

@@ -79,6 +79,7 @@ __global__ void wgmma_kernel(const uint16_t* a, const uint16_t* b, float* d, boo
   }
   vxqa::arch::wgmma::commit();
   vxqa::arch::wgmma::wait<0>();
+  vxqa::arch::wgmma::fence_registers(acc);
   for (int i = 0; i < kN / 2; ++i) d[wg::d_row(t, i) * kN + wg::d_col(t, i)] = acc[i];
 #endif
 }

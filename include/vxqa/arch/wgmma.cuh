@@ -11,7 +11,8 @@
 //                      stores, before a wgmma reads it;
 //   commit() then wait<N>()   close the wgmmas issued so far into a group, and wait until at
 //                      most N groups are in flight: only then may their accumulators, their
-//                      A registers or their shared memory be touched.
+//                      A registers or their shared memory be touched;
+//   fence_registers(d)  after wait(), on the accumulators read next.
 // Compiled for sm_90a only (the "a" features); elsewhere this header declares nothing.
 #pragma once
 #include <vxqa/common.cuh>
@@ -29,6 +30,15 @@ VXQA_DEVICE void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::
 template <int kPending>
 VXQA_DEVICE void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Ties registers to this point of the program: a wgmma's accumulators (or A registers) go
+// through the asm statements that issue it as if written at once, so without this after
+// wait() the compiler could move their reads above it. Volatile asm keeps its order.
+template <int kCount>
+VXQA_DEVICE void fence_registers(float (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
 // d (+)= A·B, m64n64k16: A and B from shared memory. kTransposeB: B is MN-major (else
