@@ -12,6 +12,7 @@
 #   variants.json variants.log           the attention variants against plain attention (step "variants")
 #   queries.json queries.log             several query tokens a sequence, G 12 against G 6 (step "queries")
 #   formats.json formats.log             an E4M3 cache (hardware cvt, software decode) against E5M2 (step "formats")
+#   wgmma-rows.log                       the warpgroup-MMA prototype of a multi-token body (step "wgmma", sm_90)
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
 #                                        plan against the rule it replaced ("plans"); ramp.json
@@ -190,6 +191,13 @@ step_queries() {  # several query tokens a sequence, and G 12 against G 6 (bench
   ./build-gpu/bench/vxqa_decode_bench --queries --json "$out/queries.json" --commit "$commit" >"$out/queries.log" 2>&1
   note "queries: rc $?, $((SECONDS - start)) s"
   cat "$out/queries.log"
+}
+
+step_wgmma() {  # the warpgroup-MMA prototype of a multi-token body (bench/wgmma_rows.cu; sm_90 only)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_wgmma_rows >"$out/wgmma-rows.log" 2>&1
+  note "wgmma: rc $?, $((SECONDS - start)) s"
+  cat "$out/wgmma-rows.log"
 }
 
 step_formats() {  # E4M3 (hardware and software decode) against E5M2 (bench --formats)
