@@ -91,51 +91,192 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+#if VXQA_HAS_WGMMA
+// The pieces both kernels are made of. A thread's accumulator register i holds row r0 + 8
+// ((i >> 1) & 1) of its warp's 16 and column d_col(i): a token of S, a dim of O.
+
+// Q rows [0, 64 · groups) of sequence `seq` into one K-major tile a warpgroup, rows past
+// a.rows zero.
+template <int kThreads>
+__device__ void load_q(const Args& a, int seq, int groups, uint8_t* q_tiles) {
+  for (int i = threadIdx.x; i < groups * 64 * (kD / 8); i += kThreads) {
+    const int row = i / (kD / 8), d0 = (i % (kD / 8)) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (row < a.rows) x = *reinterpret_cast<const uint4*>(a.q + (int64_t(seq) * a.rows + row) * kD + d0);
+    *reinterpret_cast<uint4*>(q_tiles + (row / 64) * QLayout::kBytes + QLayout::offset(row % 64, d0)) = x;
+  }
+}
+
+// The kTile tokens from token0 (zeros at `end` and past it) of K, then of V, into `stage`
+// with cp.async, one commit group. A stage is row-major, 256 codes a token, its 16-byte
+// chunk c at c ^ (token % 8): convert_tile reads 8 tokens' chunk c at once, which the
+// swizzle puts in 8 distinct bank slots. Thread t (of kThreads) copies one token's chunks
+// [part · C, (part + 1) · C) of K and of V: one block-table id a tile.
+template <int kTile, int kThreads>
+__device__ void issue_tile(const Args& a, const int32_t* table, int token0, int end, uint8_t* stage, int t) {
+  constexpr int kThreadsPerRow = kThreads / kTile, kChunksPerThread = kD / 16 / kThreadsPerRow;
+  const int row = t / kThreadsPerRow, part = t % kThreadsPerRow;
+  const int token = token0 + row;
+  const bool live = token < end;
+  const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
+#pragma unroll
+  for (int which = 0; which < 2; ++which)
+#pragma unroll
+    for (int u = 0; u < kChunksPerThread; ++u) {
+      const int c = part * kChunksPerThread + u;
+      vxqa::arch::cp_async_16_or_zero(stage + which * kTile * kD + row * kD + 16 * (c ^ (row % 8)),
+                                      (which ? a.v : a.k) + offset + 16 * c, live);
+    }
+}
+
+// A stage's K and V codes into fp16 tiles (K K-major, V MN-major): a token's 16 codes a
+// step, two 16-byte stores. A quarter-warp takes 8 consecutive tokens' chunk c: its stores
+// land in one core matrix's 8 rows, its loads in the swizzle's 8 slots (no conflict).
+template <int kTile, int kThreads>
+__device__ void convert_tile(const uint8_t* stage, uint8_t* k_tile, uint8_t* v_tile, int t) {
+  using KLayout = wg::KMajorLayout<kTile, kD>;
+  using VLayout = wg::MnMajorLayout<kD, kTile>;
+#pragma unroll
+  for (int which = 0; which < 2; ++which)
+#pragma unroll
+    for (int n = 0; n < kTile * (kD / 16) / kThreads; ++n) {
+      const int i = t + n * kThreads;
+      const int row = (i / 128) * 8 + i % 8, c = (i / 8) % 16, d0 = 16 * c;
+      const uint4 x = *reinterpret_cast<const uint4*>(stage + which * kTile * kD + row * kD + 16 * (c ^ (row % 8)));
+      const uint2 h0 = vxqa::e5m2x4_to_half2x2_bits(x.x), h1 = vxqa::e5m2x4_to_half2x2_bits(x.y);
+      const uint2 h2 = vxqa::e5m2x4_to_half2x2_bits(x.z), h3 = vxqa::e5m2x4_to_half2x2_bits(x.w);
+      uint8_t* lo = which == 0 ? k_tile + KLayout::offset(row, d0) : v_tile + VLayout::offset(d0, row);
+      uint8_t* hi = which == 0 ? k_tile + KLayout::offset(row, d0 + 8) : v_tile + VLayout::offset(d0 + 8, row);
+      *reinterpret_cast<uint4*>(lo) = make_uint4(h0.x, h0.y, h1.x, h1.y);
+      *reinterpret_cast<uint4*>(hi) = make_uint4(h2.x, h2.y, h3.x, h3.y);
+    }
+}
+
+// S = Q·Kᵀ of a tile issued, one commit group (wait, then fence_registers(s), before use).
+template <int kTile>
+__device__ void issue_qk(float (&s)[kTile / 2], uint32_t q_base, uint32_t k_base) {
+  using KLayout = wg::KMajorLayout<kTile, kD>;
+  vxqa::arch::wgmma::fence_operands();
+#pragma unroll
+  for (int step = 0; step < kD / 16; ++step) {
+    const uint64_t q_desc =
+        wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes);
+    const uint64_t k_desc =
+        wg::descriptor(k_base + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes);
+    if constexpr (kTile == 64) {
+      vxqa::arch::wgmma::mma_m64n64k16_ss<false>(s, q_desc, k_desc, step > 0);
+    } else {
+      vxqa::arch::wgmma::mma_m64n32k16_ss<false>(s, q_desc, k_desc, step > 0);
+    }
+  }
+  vxqa::arch::wgmma::commit();
+}
+
+// The online softmax on a tile's landed S (tokens from tile_end on masked): the rows' max and
+// sum updated, P into p (S's accumulators as fp16 A registers), O rescaled (no P·V of O may
+// be in flight). Lean: ex2.approx, and the rescale skipped when no row's max in the warp moved.
+template <int kTile, bool kLean>
+__device__ void softmax_tile(float (&s)[kTile / 2], int tile_end, float scale_log2, float (&m)[2], float (&l)[2],
+                             float (&o)[4][32], uint32_t (&p)[kTile / 16][4]) {
+  const int wg_t = threadIdx.x & 127;
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int i = 0; i < kTile / 2; ++i) {
+    s[i] = wg::d_col(wg_t, i) < tile_end ? s[i] * scale_log2 : -INFINITY;
+    mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  }
+  float alpha[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    alpha[r] = kLean ? vxqa::arch::exp2_ftz(m[r] - mx[r]) : exp2f(m[r] - mx[r]);
+    m[r] = mx[r];
+    l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int i = 0; i < kTile / 2; i += 2) {
+    const int r = (i >> 1) & 1;
+    const float p0 = kLean ? vxqa::arch::exp2_ftz(s[i] - m[r]) : exp2f(s[i] - m[r]);
+    const float p1 = kLean ? vxqa::arch::exp2_ftz(s[i + 1] - m[r]) : exp2f(s[i + 1] - m[r]);
+    l[r] += p0 + p1;
+    p[i >> 3][(i >> 1) & 3] = pack_half2(p0, p1);
+  }
+  if (!kLean || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
+  }
+}
+
+// O += P·V of a tile issued, one commit group; V's descriptor offsets from the arguments.
+template <int kTile>
+__device__ void issue_pv(const Args& a, float (&o)[4][32], const uint32_t (&p)[kTile / 16][4], uint32_t v_base) {
+  using VLayout = wg::MnMajorLayout<kD, kTile>;
+  vxqa::arch::wgmma::fence_operands();
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int step = 0; step < kTile / 16; ++step)
+      vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
+          o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
+  vxqa::arch::wgmma::commit();
+}
+
+__device__ void fence_o(float (&o)[4][32]) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n) vxqa::arch::wgmma::fence_registers(o[n]);
+}
+
+// A row's sum over its quad (each thread summed its own columns).
+__device__ void quad_sum(float (&l)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+}
+
+// The warpgroup's rows row0 .. row0 + 63 of partial slot `slot`: O / l, and (m, l).
+__device__ void write_rows(const Args& a, int64_t slot, int row0, const float (&o)[4][32], const float (&m)[2],
+                           const float (&l)[2]) {
+  const int wg_t = threadIdx.x & 127;
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int r = (i >> 1) & 1, row = row0 + wg::d_row(wg_t, i);
+      if (row >= a.rows) continue;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      *reinterpret_cast<float2*>(a.o + (slot * a.rows + row) * kD + 64 * n + wg::d_col(wg_t, i)) =
+          make_float2(o[n][i] * inv, o[n][i + 1] * inv);
+    }
+  if ((wg_t & 3) == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + wg::d_row(wg_t, 2 * r);
+      if (row < a.rows) *reinterpret_cast<float2*>(a.ml + (slot * a.rows + row) * 2) = make_float2(m[r], l[r]);
+    }
+  }
+}
+#endif
+
 template <int W, int kTile, bool kLean>
 __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_kernel(Args a) {
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
   using S = Shape<W, kTile>;
-  using KLayout = typename S::KLayout;
-  using VLayout = typename S::VLayout;
-  constexpr int kFp8TileBytes = S::kFp8TileBytes;
-  const int t = threadIdx.x, wg_t = t & 127, group = t >> 7;
+  constexpr int kThreads = 128 * W;
+  const int t = threadIdx.x, group = t >> 7;
   const int seq = blockIdx.y, chunk = blockIdx.x;
   const int length = a.lengths[seq];
   const int begin = chunk * a.chunk_tokens, end = min(length, begin + a.chunk_tokens);
   const int tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   const int32_t* table = a.block_table + int64_t(seq) * a.max_pages;
-
-  // Q into the K-major layout, rows past a.rows zero.
-  for (int i = t; i < W * 64 * (kD / 8); i += 128 * W) {
-    const int row = i / (kD / 8), d0 = (i % (kD / 8)) * 8;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (row < a.rows) x = *reinterpret_cast<const uint4*>(a.q + (int64_t(seq) * a.rows + row) * kD + d0);
-    *reinterpret_cast<uint4*>(smem + S::kQ + (row / 64) * QLayout::kBytes + QLayout::offset(row % 64, d0)) = x;
-  }
-
-  // Tile j's 16-byte chunks of K and V into ring stage j % 2 (zeros past the end). A stage
-  // is row-major, 256 codes a token, its 16-byte chunk c at c ^ (token % 8): the conversion
-  // below reads 8 tokens' chunk c at once, which the swizzle puts in 8 distinct bank slots.
-  // A thread copies one token's K and V chunks [part · C, (part + 1) · C): one block-table
-  // id a tile.
-  constexpr int kThreadsPerRow = 128 * W / kTile, kChunksPerThread = kD / 16 / kThreadsPerRow;
+  load_q<kThreads>(a, seq, W, smem + S::kQ);
+  auto stage = [&](int j) { return smem + S::kRing + (j & 1) * 2 * S::kFp8TileBytes; };  // ring of two
   auto issue = [&](int j) {
-    if (j < tiles) {
-      uint8_t* stage = smem + S::kRing + (j & 1) * 2 * kFp8TileBytes;
-      const int row = t / kThreadsPerRow, part = t % kThreadsPerRow;
-      const int token = begin + j * kTile + row;
-      const bool live = token < end;
-      const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
-#pragma unroll
-      for (int which = 0; which < 2; ++which)
-#pragma unroll
-        for (int u = 0; u < kChunksPerThread; ++u) {
-          const int c = part * kChunksPerThread + u;
-          vxqa::arch::cp_async_16_or_zero(stage + which * kFp8TileBytes + row * kD + 16 * (c ^ (row % 8)),
-                                          (which ? a.v : a.k) + offset + 16 * c, live);
-        }
-    }
+    if (j < tiles) issue_tile<kTile, kThreads>(a, table, begin + j * kTile, end, stage(j), t);
     vxqa::arch::cp_async_commit();
   };
 
@@ -145,93 +286,9 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[n][i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows r0 and r0 + 8 of the thread
-
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kQ + group * QLayout::kBytes));
   const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kK));
   const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kV));
-
-  // K (which 0) or V (1) of tile j, from its ring stage into the fp16 tile: a token's 16
-  // codes a step, two 16-byte stores. A quarter-warp takes 8 consecutive tokens' chunk c: its
-  // stores land in one core matrix's 8 rows, its loads in the swizzle's 8 slots (no conflict).
-  auto convert = [&](int j, int which) {
-    const uint8_t* codes_tile = smem + S::kRing + (j & 1) * 2 * kFp8TileBytes + which * kFp8TileBytes;
-#pragma unroll
-    for (int n = 0; n < kTile * (kD / 16) / (128 * W); ++n) {
-      const int i = t + n * 128 * W;
-      const int row = (i / 128) * 8 + i % 8, c = (i / 8) % 16, d0 = 16 * c;
-      const uint4 codes = *reinterpret_cast<const uint4*>(codes_tile + row * kD + 16 * (c ^ (row % 8)));
-      const uint2 h0 = vxqa::e5m2x4_to_half2x2_bits(codes.x), h1 = vxqa::e5m2x4_to_half2x2_bits(codes.y);
-      const uint2 h2 = vxqa::e5m2x4_to_half2x2_bits(codes.z), h3 = vxqa::e5m2x4_to_half2x2_bits(codes.w);
-      uint8_t* lo = which == 0 ? smem + S::kK + KLayout::offset(row, d0) : smem + S::kV + VLayout::offset(d0, row);
-      uint8_t* hi =
-          which == 0 ? smem + S::kK + KLayout::offset(row, d0 + 8) : smem + S::kV + VLayout::offset(d0 + 8, row);
-      *reinterpret_cast<uint4*>(lo) = make_uint4(h0.x, h0.y, h1.x, h1.y);
-      *reinterpret_cast<uint4*>(hi) = make_uint4(h2.x, h2.y, h3.x, h3.y);
-    }
-  };
-  // S = Q·Kᵀ, the softmax on it (P into p, O rescaled), and O += P·V issued (not waited for).
-  auto tile_up_to_pv = [&](int j) {
-    float s[kTile / 2];
-    vxqa::arch::wgmma::fence_operands();
-#pragma unroll
-    for (int step = 0; step < kD / 16; ++step) {
-      const uint64_t q_desc =
-          wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes);
-      const uint64_t k_desc =
-          wg::descriptor(k_base + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes);
-      if constexpr (kTile == 64) {
-        vxqa::arch::wgmma::mma_m64n64k16_ss<false>(s, q_desc, k_desc, step > 0);
-      } else {
-        vxqa::arch::wgmma::mma_m64n32k16_ss<false>(s, q_desc, k_desc, step > 0);
-      }
-    }
-    vxqa::arch::wgmma::commit();
-    vxqa::arch::wgmma::wait<0>();
-    vxqa::arch::wgmma::fence_registers(s);
-
-    // Register i is row r0 + 8 ((i >> 1) & 1), token d_col(i).
-    const int tile_end = end - (begin + j * kTile);
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int i = 0; i < kTile / 2; ++i) {
-      s[i] = wg::d_col(wg_t, i) < tile_end ? s[i] * a.scale_log2 : -INFINITY;
-      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-    }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      alpha[r] = kLean ? vxqa::arch::exp2_ftz(m[r] - mx[r]) : exp2f(m[r] - mx[r]);
-      m[r] = mx[r];
-      l[r] *= alpha[r];
-    }
-    uint32_t p[kTile / 16][4];
-#pragma unroll
-    for (int i = 0; i < kTile / 2; i += 2) {
-      const int r = (i >> 1) & 1;
-      const float p0 = kLean ? vxqa::arch::exp2_ftz(s[i] - m[r]) : exp2f(s[i] - m[r]);
-      const float p1 = kLean ? vxqa::arch::exp2_ftz(s[i + 1] - m[r]) : exp2f(s[i + 1] - m[r]);
-      l[r] += p0 + p1;
-      p[i >> 3][(i >> 1) & 3] = pack_half2(p0, p1);
-    }
-    // Lean: most tiles move no row's max; the warp skips the rescale then.
-    if (!kLean || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
-    }
-
-    vxqa::arch::wgmma::fence_operands();
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int step = 0; step < kTile / 16; ++step)
-        vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
-            o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
-    vxqa::arch::wgmma::commit();
-  };
 
   issue(0);
   issue(1);
@@ -240,41 +297,23 @@ __global__ void __launch_bounds__(128 * W, Shape<W, kTile>::kCtasPerSm) rows_ker
   for (int j = 0; j < tiles; ++j) {
     vxqa::arch::cp_async_wait<1>();
     __syncthreads();  // tile j's copies; every warpgroup done with the fp16 tiles
-    convert(j, 0);
-    convert(j, 1);
+    convert_tile<kTile, kThreads>(stage(j), smem + S::kK, smem + S::kV, t);
     vxqa::arch::wgmma::fence_shared_for_async();
     __syncthreads();  // the fp16 tiles written, stage j % 2 free
     issue(j + 2);
-    tile_up_to_pv(j);
+    float s[kTile / 2];
+    uint32_t p[kTile / 16][4];
+    issue_qk<kTile>(s, q_base, k_base);
     vxqa::arch::wgmma::wait<0>();
-#pragma unroll
-    for (int n = 0; n < 4; ++n) vxqa::arch::wgmma::fence_registers(o[n]);
+    vxqa::arch::wgmma::fence_registers(s);
+    softmax_tile<kTile, kLean>(s, end - (begin + j * kTile), a.scale_log2, m, l, o, p);
+    issue_pv<kTile>(a, o, p, v_base);
+    vxqa::arch::wgmma::wait<0>();
+    fence_o(o);
   }
   vxqa::arch::cp_async_wait<0>();
-
-  // A row's sum over its quad, then O / l and (m, l).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const int64_t slot = int64_t(seq) * a.chunks + chunk;
-#pragma unroll
-  for (int n = 0; n < 4; ++n)
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int r = (i >> 1) & 1, row = group * 64 + wg::d_row(wg_t, i);
-      if (row >= a.rows) continue;
-      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-      *reinterpret_cast<float2*>(a.o + (slot * a.rows + row) * kD + 64 * n + wg::d_col(wg_t, i)) =
-          make_float2(o[n][i] * inv, o[n][i + 1] * inv);
-    }
-  if ((wg_t & 3) == 0) {
-    for (int r = 0; r < 2; ++r) {
-      const int row = group * 64 + wg::d_row(wg_t, 2 * r);
-      if (row < a.rows) *reinterpret_cast<float2*>(a.ml + (slot * a.rows + row) * 2) = make_float2(m[r], l[r]);
-    }
-  }
+  quad_sum(l);
+  write_rows(a, int64_t(seq) * a.chunks + chunk, group * 64, o, m, l);
 #endif
 }
 
@@ -308,8 +347,6 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
   using S = SpecShape<kConsumers>;
-  using KLayout = typename S::KLayout;
-  using VLayout = typename S::VLayout;
   constexpr int kTile = S::kTile, kBuffers = S::kBuffers, kThreads = 128 * (1 + kConsumers);
   const int t = threadIdx.x, wg_t = t & 127;
   const bool producer = t < 128;
@@ -319,35 +356,17 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
   const int begin = chunk * a.chunk_tokens, end = min(length, begin + a.chunk_tokens);
   const int tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   const int32_t* table = a.block_table + int64_t(seq) * a.max_pages;
+  auto k_tile = [&](int j) { return smem + S::kFp16 + (j % kBuffers) * S::kFp16Bytes; };
 
-  for (int i = t; i < 64 * (kD / 8); i += kThreads) {
-    const int row = i / (kD / 8), d0 = (i % (kD / 8)) * 8;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (row < a.rows) x = *reinterpret_cast<const uint4*>(a.q + (int64_t(seq) * a.rows + row) * kD + d0);
-    *reinterpret_cast<uint4*>(smem + S::kQ + QLayout::offset(row, d0)) = x;
-  }
+  load_q<kThreads>(a, seq, 1, smem + S::kQ);
   vxqa::arch::wgmma::fence_shared_for_async();
   __syncthreads();
 
   if (producer) {
     if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
-    constexpr int kThreadsPerRow = 128 / kTile, kChunksPerThread = kD / 16 / kThreadsPerRow;
+    auto stage = [&](int j) { return smem + S::kRingOffset + (j % kRing) * 2 * S::kFp8TileBytes; };
     auto issue = [&](int j) {
-      if (j < tiles) {
-        uint8_t* stage = smem + S::kRingOffset + (j % kRing) * 2 * S::kFp8TileBytes;
-        const int row = t / kThreadsPerRow, part = t % kThreadsPerRow;
-        const int token = begin + j * kTile + row;
-        const bool live = token < end;
-        const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
-#pragma unroll
-        for (int which = 0; which < 2; ++which)
-#pragma unroll
-          for (int u = 0; u < kChunksPerThread; ++u) {
-            const int c = part * kChunksPerThread + u;
-            vxqa::arch::cp_async_16_or_zero(stage + which * S::kFp8TileBytes + row * kD + 16 * (c ^ (row % 8)),
-                                            (which ? a.v : a.k) + offset + 16 * c, live);
-          }
-      }
+      if (j < tiles) issue_tile<kTile, 128>(a, table, begin + j * kTile, end, stage(j), t);
       vxqa::arch::cp_async_commit();
     };
 #pragma unroll
@@ -358,24 +377,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
       issue(j + kRing - 1);
       const int b = j % kBuffers;
       if (j >= kBuffers) vxqa::arch::named_barrier_sync(kEmpty + b, 256);  // its consumer is done with tile j - kBuffers
-      const uint8_t* codes = smem + S::kRingOffset + (j % kRing) * 2 * S::kFp8TileBytes;
-      uint8_t* k_tile = smem + S::kFp16 + b * S::kFp16Bytes;
-      uint8_t* v_tile = k_tile + KLayout::kBytes;
-#pragma unroll
-      for (int which = 0; which < 2; ++which)
-#pragma unroll
-        for (int n = 0; n < kTile * (kD / 16) / 128; ++n) {
-          const int i = t + n * 128;
-          const int row = (i / 128) * 8 + i % 8, c = (i / 8) % 16, d0 = 16 * c;
-          const uint4 x =
-              *reinterpret_cast<const uint4*>(codes + which * S::kFp8TileBytes + row * kD + 16 * (c ^ (row % 8)));
-          const uint2 h0 = vxqa::e5m2x4_to_half2x2_bits(x.x), h1 = vxqa::e5m2x4_to_half2x2_bits(x.y);
-          const uint2 h2 = vxqa::e5m2x4_to_half2x2_bits(x.z), h3 = vxqa::e5m2x4_to_half2x2_bits(x.w);
-          uint8_t* lo = which == 0 ? k_tile + KLayout::offset(row, d0) : v_tile + VLayout::offset(d0, row);
-          uint8_t* hi = which == 0 ? k_tile + KLayout::offset(row, d0 + 8) : v_tile + VLayout::offset(d0 + 8, row);
-          *reinterpret_cast<uint4*>(lo) = make_uint4(h0.x, h0.y, h1.x, h1.y);
-          *reinterpret_cast<uint4*>(hi) = make_uint4(h2.x, h2.y, h3.x, h3.y);
-        }
+      convert_tile<kTile, 128>(stage(j), k_tile(j), k_tile(j) + S::KLayout::kBytes, t);
       vxqa::arch::wgmma::fence_shared_for_async();
       vxqa::arch::named_barrier_arrive(kFull + b, 256);
     }
@@ -391,109 +393,52 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
     for (int i = 0; i < 32; ++i) o[n][i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kQ));
-  auto k_base = [&](int j) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(smem + S::kFp16 + (j % kBuffers) * S::kFp16Bytes));
-  };
+  auto k_base = [&](int j) { return static_cast<uint32_t>(__cvta_generic_to_shared(k_tile(j))); };
   float s[kTile / 2];
   uint32_t p[kTile / 16][4];
-  auto issue_qk = [&](int j) {  // S = Q·Kᵀ of tile j, once its fp16 tiles are full
+  auto qk = [&](int j) {  // S = Q·Kᵀ of tile j issued, once its fp16 tiles are full
     vxqa::arch::named_barrier_sync(kFull + j % kBuffers, 256);
-    vxqa::arch::wgmma::fence_operands();
-#pragma unroll
-    for (int step = 0; step < kD / 16; ++step)
-      vxqa::arch::wgmma::mma_m64n32k16_ss<false>(
-          s, wg::descriptor(q_base + QLayout::step_offset(0, step), QLayout::kLeadingBytes, QLayout::kStrideBytes),
-          wg::descriptor(k_base(j) + KLayout::step_offset(0, step), KLayout::kLeadingBytes, KLayout::kStrideBytes),
-          step > 0);
-    vxqa::arch::wgmma::commit();
+    issue_qk<kTile>(s, q_base, k_base(j));
   };
-  auto softmax = [&](int j) {  // S's landed: P into p, O rescaled (no P·V of O in flight)
-    const int tile_end = end - (begin + j * kTile);
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int i = 0; i < kTile / 2; ++i) {
-      s[i] = wg::d_col(wg_t, i) < tile_end ? s[i] * a.scale_log2 : -INFINITY;
-      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-    }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      alpha[r] = vxqa::arch::exp2_ftz(m[r] - mx[r]);
-      m[r] = mx[r];
-      l[r] *= alpha[r];
-    }
-#pragma unroll
-    for (int i = 0; i < kTile / 2; i += 2) {
-      const int r = (i >> 1) & 1;
-      const float p0 = vxqa::arch::exp2_ftz(s[i] - m[r]), p1 = vxqa::arch::exp2_ftz(s[i + 1] - m[r]);
-      l[r] += p0 + p1;
-      p[i >> 3][(i >> 1) & 3] = pack_half2(p0, p1);
-    }
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o[n][i] *= alpha[(i >> 1) & 1];
-    }
+  auto softmax = [&](int j) {
+    vxqa::arch::wgmma::fence_registers(s);
+    softmax_tile<kTile, true>(s, end - (begin + j * kTile), a.scale_log2, m, l, o, p);
   };
-  auto issue_pv = [&](int j) {  // O += P·V of tile j
-    const uint32_t v_base = k_base(j) + KLayout::kBytes;
-    vxqa::arch::wgmma::fence_operands();
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int step = 0; step < kTile / 16; ++step)
-        vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
-            o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
-    vxqa::arch::wgmma::commit();
-  };
+  auto pv = [&](int j) { issue_pv<kTile>(a, o, p, k_base(j) + S::KLayout::kBytes); };
   auto release = [&](int j) {  // the producer waits for tile j's fp16 tiles only to refill them
     if (j + kBuffers < tiles) vxqa::arch::named_barrier_arrive(kEmpty + j % kBuffers, 256);
   };
-  auto hold_o = [&] {
-#pragma unroll
-    for (int n = 0; n < 4; ++n) vxqa::arch::wgmma::fence_registers(o[n]);
-  };
   if constexpr (!kPipelined) {
     for (int j = consumer; j < tiles; j += kConsumers) {
-      issue_qk(j);
+      qk(j);
       vxqa::arch::wgmma::wait<0>();
-      vxqa::arch::wgmma::fence_registers(s);
       softmax(j);
-      issue_pv(j);
+      pv(j);
       vxqa::arch::wgmma::wait<0>();
-      hold_o();
+      fence_o(o);
       release(j);
     }
   } else if (consumer < tiles) {
     // P·V of tile j in flight while the consumer's next tile is waited for and its QK issued.
-    issue_qk(consumer);
+    qk(consumer);
     vxqa::arch::wgmma::wait<0>();
-    vxqa::arch::wgmma::fence_registers(s);
     softmax(consumer);
     for (int j = consumer; j < tiles; j += kConsumers) {
-      issue_pv(j);
+      pv(j);
       if (j + kConsumers < tiles) {
-        issue_qk(j + kConsumers);
+        qk(j + kConsumers);
         vxqa::arch::wgmma::wait<1>();  // P·V(j) (groups complete in order)
-        hold_o();
+        fence_o(o);
         release(j);
         vxqa::arch::wgmma::wait<0>();
-        vxqa::arch::wgmma::fence_registers(s);
         softmax(j + kConsumers);
       } else {
         vxqa::arch::wgmma::wait<0>();
-        hold_o();
+        fence_o(o);
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
+  quad_sum(l);
   if constexpr (kConsumers == 2) {  // the second consumer's (m, l, O) into the first's, through the fp16 tiles
     float* o_area = reinterpret_cast<float*>(smem + S::kFp16);
     float* ml_area = o_area + 64 * kD;
@@ -526,23 +471,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
         o[n][i] = o[n][i] * w_self[r] + o_area[(n * 32 + i) * 128 + wg_t] * w_other[r];
       }
   }
-  const int64_t slot = int64_t(seq) * a.chunks + chunk;
-#pragma unroll
-  for (int n = 0; n < 4; ++n)
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int r = (i >> 1) & 1, row = wg::d_row(wg_t, i);
-      if (row >= a.rows) continue;
-      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-      *reinterpret_cast<float2*>(a.o + (slot * a.rows + row) * kD + 64 * n + wg::d_col(wg_t, i)) =
-          make_float2(o[n][i] * inv, o[n][i + 1] * inv);
-    }
-  if ((wg_t & 3) == 0) {
-    for (int r = 0; r < 2; ++r) {
-      const int row = wg::d_row(wg_t, 2 * r);
-      if (row < a.rows) *reinterpret_cast<float2*>(a.ml + (slot * a.rows + row) * 2) = make_float2(m[r], l[r]);
-    }
-  }
+  write_rows(a, int64_t(seq) * a.chunks + chunk, 0, o, m, l);
 #endif
 }
 
