@@ -17,9 +17,12 @@
 // rescale skipped when no row's max moved.
 // specialized_kernel<Pipelined, Consumers>: the same loop with the copies and the conversion
 // in a warpgroup of their own (below).
+// tokens_kernel<W, N, Stages, EarlyV>: tokens on the MMA's M and rows on its N, K and V
+// decoded straight into A registers (below).
 //
-//   vxqa_wgmma_rows [--check | --only ROWS TILE CHUNK]   --check: a small problem against a
-//   float64 reference only; --only: three launches of one configuration, lean (for ncu).
+//   vxqa_wgmma_rows [--check | --tokens | --only ROWS TILE CHUNK]   --check: a small problem
+//   against a float64 reference only; --tokens: the checks, then tokens_kernel's timings
+//   alone; --only: three launches of one configuration, lean (for ncu).
 // Prints one line per configuration: µs (median of 30 launches, CUDA events), GB/s of K and
 // V bytes.
 #include <cuda_fp16.h>
@@ -475,6 +478,332 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
 #endif
 }
 
+// Tokens on M, rows on N (tokens_kernel<W, N, Stages, EarlyV>): S^T = K·Q^T and O^T += V^T·P^T
+// with wgmma m64nNk16, A from registers. A warpgroup's 64-token tile; its rows (G · q_len, up
+// to N) ride the MMA's N. K and V are decoded from the codes in shared memory straight into
+// A registers, so there are no fp16 tiles and the MMAs do no work for padded rows; Q^T and
+// P^T are the B operands in shared memory. W warpgroups take N rows each over the same
+// stages (each decodes the tile for itself). Since the sum over D does not care about its
+// order, a thread's A registers of K hold 16 consecutive codes of a token (one 16-byte
+// load), and Q^T holds the same dims at the same k; O^T's rows (dims) are likewise a
+// thread's 8 consecutive codes of V. Softmax over the tile's tokens (M, spread over the 4
+// warps): the running max is shared by the warpgroup and moves only when a score exceeds it
+// by more than 2^8 (the P^T tile is fp16): a vote on the barrier that publishes P^T, and a
+// second pass in the rare tiles where it does (always the first).
+template <int kN, bool kTransposeB>
+struct MmaRs;
+template <bool kTransposeB>
+struct MmaRs<24, kTransposeB> {
+  static __device__ __forceinline__ void run(float (&d)[12], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %17, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, {%12, %13, %14, %15}, %16, p, 1, 1, %18;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+  }
+};
+
+template <bool kTransposeB>
+struct MmaRs<32, kTransposeB> {
+  static __device__ __forceinline__ void run(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+  }
+};
+
+template <bool kTransposeB>
+struct MmaRs<48, kTransposeB> {
+  static __device__ __forceinline__ void run(float (&d)[24], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %29, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24, %25, %26, %27}, %28, p, 1, 1, %30;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+  }
+};
+
+
+
+template <int W, int kN, int kStages>
+struct TokShape {
+  static constexpr int kTile = 64;
+  using QtLayout = wg::KMajorLayout<kN, kD>;     // (row, k): Q's dims in the decode's order
+  using PtLayout = wg::MnMajorLayout<kN, kTile>;  // (row, token)
+  static constexpr int kStageBytes = 2 * kTile * kD;  // K then V codes, row-major, swizzled
+  static constexpr int kQt = kStages * kStageBytes;
+  static constexpr int kPt = kQt + W * QtLayout::kBytes;
+  static constexpr int kRed = kPt + W * PtLayout::kBytes;  // [W][4 warps][kN] floats
+  static constexpr int kBytes = kRed + W * 4 * kN * 4;
+  static constexpr int kCtasPerSm = 2 * (kBytes + 1024) <= 228 * 1024 ? 2 : 1;
+};
+
+// The cache dim that logical k (0..255) of the QK MMA's K dimension holds: thread-in-group c
+// holds, at step s, k 2c, 2c + 1 (register 0/1) and 2c + 8, 2c + 9 (register 2/3), which are
+// dims 16 (4 (s / 4) + c) + 4 (s % 4) + 0, 1, 2, 3 of its token.
+__host__ __device__ constexpr int qk_dim(int k) {
+  const int s = k / 16, kk = k % 16, c = (kk % 8) / 2;
+  return 16 * (4 * (s / 4) + c) + 4 * (s % 4) + (kk & 1) + 2 * (kk >> 3);
+}
+// Swizzles of a stage's 16-byte chunks (16 a token): K's loads take chunk 4i + c of tokens
+// g, g + 8; V's take chunk 4w + g/2 of tokens 2c, 2c + 1, ...: both conflict-free.
+__host__ __device__ constexpr int k_chunk(int token, int c) { return c ^ ((token & 1) << 2); }
+__host__ __device__ constexpr int v_chunk(int token, int c) { return c ^ (token & 6); }
+
+__device__ __forceinline__ bool barrier_or(int id, int threads, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return r != 0;
+}
+
+template <int kCount>
+__device__ __forceinline__ void keep_live(uint32_t (&a)[kCount][4]) {  // until the wgmma that reads them is waited for
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(a[i][r]) : "memory");
+}
+
+template <int W, int kN, int kStages, bool kEarlyV>
+__global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm) tokens_kernel(Args a) {
+#if VXQA_HAS_WGMMA
+  extern __shared__ __align__(1024) uint8_t smem[];
+  using S = TokShape<W, kN, kStages>;
+  constexpr int kTile = S::kTile, kThreads = 128 * W, kSlots = kN / 4;
+  constexpr float kTau = 8.f;  // the most P^T's values may exceed 1 (2^8: fp16 holds it exactly)
+  const int t = threadIdx.x, group = t >> 7, wg_t = t & 127, warp = wg_t >> 5, g = (t & 31) >> 2, c = t & 3;
+  const int seq = blockIdx.y, chunk = blockIdx.x;
+  const int length = a.lengths[seq];
+  const int begin = chunk * a.chunk_tokens, end = min(length, begin + a.chunk_tokens);
+  const int tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
+  const int32_t* table = a.block_table + int64_t(seq) * a.max_pages;
+  const int row0 = group * kN;
+  uint8_t* qt = smem + S::kQt + group * S::QtLayout::kBytes;
+  uint8_t* pt = smem + S::kPt + group * S::PtLayout::kBytes;
+  float* red = reinterpret_cast<float*>(smem + S::kRed) + group * 4 * kN;
+
+  // Q^T of this warpgroup's rows, dims in the decode's order; rows past a.rows zero.
+  for (int i = wg_t; i < kN * kD; i += 128) {
+    const int n = i / kD, k = i % kD, row = row0 + n;
+    const uint16_t x = row < a.rows ? a.q[(int64_t(seq) * a.rows + row) * kD + qk_dim(k)] : uint16_t(0);
+    *reinterpret_cast<uint16_t*>(qt + S::QtLayout::offset(n, k)) = x;
+  }
+  auto stage = [&](int j) { return smem + (j % kStages) * S::kStageBytes; };
+  auto issue = [&](int j) {  // tile j's codes; thread t copies chunks of one token
+    if (j < tiles) {
+      constexpr int kPerRow = kThreads / kTile, kChunks = 16 / kPerRow;
+      const int row = t / kPerRow, part = t % kPerRow, token = begin + j * kTile + row;
+      const bool live = token < end;
+      const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
+      uint8_t* st = stage(j);
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const int ch = part * kChunks + u;
+        vxqa::arch::cp_async_16_or_zero(st + row * kD + 16 * k_chunk(row, ch), a.k + offset + 16 * ch, live);
+        vxqa::arch::cp_async_16_or_zero(st + kTile * kD + row * kD + 16 * v_chunk(row, ch), a.v + offset + 16 * ch, live);
+      }
+    }
+    vxqa::arch::cp_async_commit();
+  };
+
+  float o[4][kN / 2];
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) o[mt][i] = 0.f;
+  float mrun[kSlots], lpart[kSlots];  // rows 8 (slot / 2) + 2c + slot % 2 of the warpgroup
+#pragma unroll
+  for (int x = 0; x < kSlots; ++x) mrun[x] = -INFINITY, lpart[x] = 0.f;
+  const uint32_t qt_base = static_cast<uint32_t>(__cvta_generic_to_shared(qt));
+  const uint32_t pt_base = static_cast<uint32_t>(__cvta_generic_to_shared(pt));
+
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) issue(j);
+  for (int j = 0; j < tiles; ++j) {
+    vxqa::arch::cp_async_wait<kStages - 2>();
+    vxqa::arch::wgmma::fence_shared_for_async();  // Q^T (first tile)
+    __syncthreads();  // tile j landed; every warpgroup done with tile j - 1 (its stage, P^T)
+    issue(j + kStages - 1);
+    const uint8_t* kst = stage(j);
+    const uint8_t* vst = kst + kTile * kD;
+
+    // K: tokens 16 warp + g and + 8, 16 codes a load
+    uint32_t ka[16][4];
+    {
+      const int r0 = 16 * warp + g, r1 = r0 + 8;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 x0 = *reinterpret_cast<const uint4*>(kst + r0 * kD + 16 * k_chunk(r0, 4 * i + c));
+        const uint4 x1 = *reinterpret_cast<const uint4*>(kst + r1 * kD + 16 * k_chunk(r1, 4 * i + c));
+        const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int sp = 0; sp < 4; ++sp) {
+          const uint2 h0 = vxqa::e5m2x4_to_half2x2_bits(w0[sp]), h1 = vxqa::e5m2x4_to_half2x2_bits(w1[sp]);
+          ka[4 * i + sp][0] = h0.x;
+          ka[4 * i + sp][1] = h1.x;
+          ka[4 * i + sp][2] = h0.y;
+          ka[4 * i + sp][3] = h1.y;
+        }
+      }
+    }
+    float s[kN / 2];
+    vxqa::arch::wgmma::fence_operands();
+#pragma unroll
+    for (int step = 0; step < 16; ++step)
+      MmaRs<kN, false>::run(s, ka[step],
+                            wg::descriptor(qt_base + S::QtLayout::step_offset(0, step), S::QtLayout::kLeadingBytes,
+                                           S::QtLayout::kStrideBytes),
+                            step > 0);
+    vxqa::arch::wgmma::commit();
+
+    // V: dims 64 warp + 8g .. + 7 of tokens 16 ks + 2c, + 1, + 8, + 9, as A registers of
+    // O^T's M tile mt (dims 2 mt, 2 mt + 1 of the eight: rows g and g + 8)
+    uint32_t va[4][4][4];  // [ks][mt][register]
+    auto decode_v = [&]() {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // tokens 2c, 2c + 1 (registers 0, 1), then + 8 (2, 3)
+          const int t0 = 16 * ks + 2 * c + 8 * half, t1 = t0 + 1;
+          const int ch = 4 * warp + (g >> 1), byte = 8 * (g & 1);
+          const uint2 x0 = *reinterpret_cast<const uint2*>(vst + t0 * kD + 16 * v_chunk(t0, ch) + byte);
+          const uint2 x1 = *reinterpret_cast<const uint2*>(vst + t1 * kD + 16 * v_chunk(t1, ch) + byte);
+          const uint32_t lo[2] = {x0.x, x0.y}, hi[2] = {x1.x, x1.y};
+#pragma unroll
+          for (int wd = 0; wd < 2; ++wd) {
+            const uint32_t u01 = __byte_perm(lo[wd], hi[wd], 0x5140);  // t0 b0, t1 b0, t0 b1, t1 b1
+            const uint32_t u23 = __byte_perm(lo[wd], hi[wd], 0x7362);
+            va[ks][2 * wd][2 * half] = __byte_perm(u01, 0, 0x1404);
+            va[ks][2 * wd][2 * half + 1] = __byte_perm(u01, 0, 0x3424);
+            va[ks][2 * wd + 1][2 * half] = __byte_perm(u23, 0, 0x1404);
+            va[ks][2 * wd + 1][2 * half + 1] = __byte_perm(u23, 0, 0x3424);
+          }
+        }
+    };
+    if constexpr (kEarlyV) decode_v();
+    vxqa::arch::wgmma::wait<0>();
+    keep_live(ka);
+    vxqa::arch::wgmma::fence_registers(s);
+
+    // Softmax over the tile's tokens; P^T published with the vote
+    const int tile_end = end - (begin + j * kTile);
+    float p[kN / 2];
+    bool exceed = false;
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      const int slot = 2 * (i >> 2) + (i & 1);
+      s[i] = wg::d_row(wg_t, i) < tile_end ? s[i] * a.scale_log2 : -INFINITY;
+      exceed |= s[i] > mrun[slot] + kTau;
+      p[i] = vxqa::arch::exp2_ftz(s[i] - mrun[slot]);
+    }
+    auto publish = [&]() {
+#pragma unroll
+      for (int i = 0; i < kN / 2; i += 2)
+        *reinterpret_cast<uint32_t*>(pt + S::PtLayout::offset(wg::d_col(wg_t, i), wg::d_row(wg_t, i))) =
+            pack_half2(p[i], p[i + 1]);
+      vxqa::arch::wgmma::fence_shared_for_async();
+    };
+    publish();
+    if (barrier_or(1 + group, 128, exceed)) {  // the rare tile: the max moves
+      float tm[kSlots];
+#pragma unroll
+      for (int x = 0; x < kSlots; ++x) tm[x] = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) tm[2 * (i >> 2) + (i & 1)] = fmaxf(tm[2 * (i >> 2) + (i & 1)], s[i]);
+#pragma unroll
+      for (int x = 0; x < kSlots; ++x) {
+        tm[x] = fmaxf(tm[x], __shfl_xor_sync(0xffffffffu, tm[x], 4));
+        tm[x] = fmaxf(tm[x], __shfl_xor_sync(0xffffffffu, tm[x], 8));
+        tm[x] = fmaxf(tm[x], __shfl_xor_sync(0xffffffffu, tm[x], 16));
+        if (g == 0) red[warp * kN + 8 * (x >> 1) + 2 * c + (x & 1)] = tm[x];
+      }
+      vxqa::arch::named_barrier_sync(1 + group, 128);
+#pragma unroll
+      for (int x = 0; x < kSlots; ++x) {
+        const int n = 8 * (x >> 1) + 2 * c + (x & 1);
+        const float mx = fmaxf(fmaxf(mrun[x], fmaxf(red[n], red[kN + n])), fmaxf(red[2 * kN + n], red[3 * kN + n]));
+        const float alpha = vxqa::arch::exp2_ftz(mrun[x] - mx);
+        mrun[x] = mx;
+        lpart[x] *= alpha;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          o[mt][4 * (x >> 1) + (x & 1)] *= alpha;
+          o[mt][4 * (x >> 1) + (x & 1) + 2] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) p[i] = vxqa::arch::exp2_ftz(s[i] - mrun[2 * (i >> 2) + (i & 1)]);
+      publish();
+      vxqa::arch::named_barrier_sync(1 + group, 128);  // P^T rewritten; red read by all
+    }
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) lpart[2 * (i >> 2) + (i & 1)] += p[i];
+
+    if constexpr (!kEarlyV) decode_v();
+    vxqa::arch::wgmma::fence_operands();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const uint64_t desc = wg::descriptor(pt_base + S::PtLayout::step_offset(0, ks), S::PtLayout::kLeadingBytes,
+                                           S::PtLayout::kStrideBytes);
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) MmaRs<kN, true>::run(o[mt], va[ks][mt], desc, true);
+    }
+    vxqa::arch::wgmma::commit();
+    vxqa::arch::wgmma::wait<0>();
+    keep_live(va[0]);
+    keep_live(va[1]);
+    keep_live(va[2]);
+    keep_live(va[3]);
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) vxqa::arch::wgmma::fence_registers(o[mt]);
+  }
+  vxqa::arch::cp_async_wait<0>();
+
+  // l: the thread's sums over its tokens, summed over g and the warps
+  __syncthreads();  // red free
+#pragma unroll
+  for (int x = 0; x < kSlots; ++x) {
+    lpart[x] += __shfl_xor_sync(0xffffffffu, lpart[x], 4);
+    lpart[x] += __shfl_xor_sync(0xffffffffu, lpart[x], 8);
+    lpart[x] += __shfl_xor_sync(0xffffffffu, lpart[x], 16);
+    if (g == 0) red[warp * kN + 8 * (x >> 1) + 2 * c + (x & 1)] = lpart[x];
+  }
+  __syncthreads();
+  const int64_t slot_index = int64_t(seq) * a.chunks + chunk;
+#pragma unroll
+  for (int x = 0; x < kSlots; ++x) {
+    const int n = 8 * (x >> 1) + 2 * c + (x & 1), row = row0 + n;
+    if (row >= a.rows) continue;
+    const float l = red[n] + red[kN + n] + red[2 * kN + n] + red[3 * kN + n];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int i0 = 4 * (x >> 1) + (x & 1);  // o[mt][i0] is dim 2 mt, o[mt][i0 + 2] dim 2 mt + 1 of the eight
+    float* dst = a.o + (slot_index * a.rows + row) * kD + 64 * warp + 8 * g;
+    *reinterpret_cast<float4*>(dst) = make_float4(o[0][i0] * inv, o[0][i0 + 2] * inv, o[1][i0] * inv, o[1][i0 + 2] * inv);
+    *reinterpret_cast<float4*>(dst + 4) =
+        make_float4(o[2][i0] * inv, o[2][i0 + 2] * inv, o[3][i0] * inv, o[3][i0 + 2] * inv);
+    if (warp == 0 && g == 0) *reinterpret_cast<float2*>(a.ml + (slot_index * a.rows + row) * 2) = make_float2(mrun[x], l);
+  }
+#endif
+}
+
 struct Problem {
   int batch, rows, pages_per_seq;
   std::vector<int32_t> lengths, table;
@@ -529,21 +858,9 @@ int chunks_of(const Problem& p, int chunk_tokens) {
   return (max_len + chunk_tokens - 1) / chunk_tokens;
 }
 
-// Times a configuration (median of `reps` launches after one untimed); reps 0: one launch.
-// kSpecialized: specialized_kernel (its W 1, tiles of 32), else rows_kernel<W, kTile, kLean>.
-template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false, int kConsumers = 1>
-float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
-  using V = typename Shape<W, kTile>::VLayout;
-  static_assert(!kSpecialized || (W == 1 && kTile == SpecShape<kConsumers>::kTile),
-                "run: the specialized kernel is W 1, tile 32");
-  Args a{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
-         1.f / 16.f * 1.4426950408889634f, uint32_t(g_swap_v ? V::kStrideBytes : V::kLeadingBytes),
-         uint32_t(g_swap_v ? V::kLeadingBytes : V::kStrideBytes), d.o, d.ml};
-  void (*kernel)(Args) = kSpecialized ? specialized_kernel<kPipelined, kConsumers> : rows_kernel<W, kTile, kLean>;
-  const int smem = kSpecialized ? SpecShape<kConsumers>::kBytes : Shape<W, kTile>::kBytes;
-  const int threads = kSpecialized ? 128 * (1 + kConsumers) : 128 * W;
+// Times a kernel (median of `reps` launches after one untimed); reps 0: one launch.
+float time_kernel(void (*kernel)(Args), const Args& a, dim3 grid, int threads, int smem, int reps, cudaStream_t stream) {
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(a.chunks, p.batch);
   kernel<<<grid, threads, smem, stream>>>(a);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -565,6 +882,33 @@ float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStr
   return times[times.size() / 2];
 }
 
+Args args_of(const Problem& p, const Device& d, int chunk_tokens, uint32_t v_lead, uint32_t v_stride) {
+  return Args{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
+              1.f / 16.f * 1.4426950408889634f, v_lead, v_stride, d.o, d.ml};
+}
+
+// kSpecialized: specialized_kernel (its W 1, tiles of 32), else rows_kernel<W, kTile, kLean>.
+template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false, int kConsumers = 1>
+float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
+  using V = typename Shape<W, kTile>::VLayout;
+  static_assert(!kSpecialized || (W == 1 && kTile == SpecShape<kConsumers>::kTile),
+                "run: the specialized kernel is W 1, tile 32");
+  const Args a = args_of(p, d, chunk_tokens, uint32_t(g_swap_v ? V::kStrideBytes : V::kLeadingBytes),
+                         uint32_t(g_swap_v ? V::kLeadingBytes : V::kStrideBytes));
+  void (*kernel)(Args) = kSpecialized ? specialized_kernel<kPipelined, kConsumers> : rows_kernel<W, kTile, kLean>;
+  const int smem = kSpecialized ? SpecShape<kConsumers>::kBytes : Shape<W, kTile>::kBytes;
+  const int threads = kSpecialized ? 128 * (1 + kConsumers) : 128 * W;
+  return time_kernel(kernel, a, dim3(a.chunks, p.batch), threads, smem, reps, stream);
+}
+
+// tokens_kernel<W, N, Stages, EarlyV>: W · N rows at most.
+template <int W, int kN, int kStages, bool kEarlyV>
+float run_tokens(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
+  const Args a = args_of(p, d, chunk_tokens, 0, 0);
+  return time_kernel(tokens_kernel<W, kN, kStages, kEarlyV>, a, dim3(a.chunks, p.batch), 128 * W,
+                     TokShape<W, kN, kStages>::kBytes, reps, stream);
+}
+
 Device to_device(const Problem& p, int chunks) {
   Device d;
   d.k = upload(p.k);
@@ -581,13 +925,14 @@ void release(Device& d) {
   cudaFree(d.k); cudaFree(d.v); cudaFree(d.table); cudaFree(d.lengths); cudaFree(d.q); cudaFree(d.o); cudaFree(d.ml);
 }
 
-// One chunk a sequence, against float64: the largest error over the largest |O|.
-template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false, int kConsumers = 1>
-bool check(int rows) {
+// One chunk a sequence, against float64: the largest error over the largest |O|. launch(p, d,
+// chunk) runs the kernel under test once.
+template <class Launch>
+bool check_with(const char* name, int rows, Launch launch) {
   const Problem p = make({1000, 777, 64, 3}, rows, 5);
   const int chunk = 1024;
   Device d = to_device(p, 1);
-  run<W, kTile, kLean, kSpecialized, kPipelined, kConsumers>(p, d, chunk, 0, 0);
+  launch(p, d, chunk);
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
   CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
@@ -620,16 +965,34 @@ bool check(int rows) {
     }
   release(d);
   const bool ok = worst <= 1e-2 * largest;
-  std::printf("check W %d tile %d%s rows %d: largest error %.3g of max |O| %.3g: %s\n", W, kTile,
-              kConsumers == 2 ? " specialized, two consumers" : kPipelined ? " specialized, pipelined" : kSpecialized ? " specialized" : kLean ? " lean" : "", rows, worst, largest,
-              ok ? "ok" : "WRONG");
+  std::printf("check %s rows %d: largest error %.3g of max |O| %.3g: %s\n", name, rows, worst, largest, ok ? "ok" : "WRONG");
   return ok;
+}
+
+template <int W, int kTile, bool kLean, bool kSpecialized = false, bool kPipelined = false, int kConsumers = 1>
+bool check(int rows) {
+  char name[96];
+  std::snprintf(name, sizeof name, "W %d tile %d%s", W, kTile,
+                kConsumers == 2 ? " specialized, two consumers" : kPipelined ? " specialized, pipelined" : kSpecialized ? " specialized" : kLean ? " lean" : "");
+  return check_with(name, rows, [](const Problem& p, const Device& d, int chunk) {
+    run<W, kTile, kLean, kSpecialized, kPipelined, kConsumers>(p, d, chunk, 0, 0);
+  });
+}
+
+template <int W, int kN, int kStages, bool kEarlyV>
+bool check_tokens(int rows) {
+  char name[96];
+  std::snprintf(name, sizeof name, "tokens on M, W %d N %d, %d stages%s", W, kN, kStages, kEarlyV ? ", V early" : "");
+  return check_with(name, rows, [](const Problem& p, const Device& d, int chunk) {
+    run_tokens<W, kN, kStages, kEarlyV>(p, d, chunk, 0, 0);
+  });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool only_check = argc > 1 && std::strcmp(argv[1], "--check") == 0;
+  const bool only_tokens = argc > 1 && std::strcmp(argv[1], "--tokens") == 0;
   if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {  // --only ROWS TILE CHUNK: three launches, for ncu
     const int rows = std::atoi(argv[2]), tile = std::atoi(argv[3]), chunk = std::atoi(argv[4]);
     Problem p = make(vxqa_bench::lengths(vxqa_bench::kShapes[1]), rows, 9);
@@ -666,6 +1029,16 @@ int main(int argc, char** argv) {
   ok = check<1, 32, true, true, true, 2>(64) && ok;
   ok = check<1, 32, true, true, false, 2>(24) && ok;
   if (!ok) return 1;
+  if (only_tokens || only_check) {
+    bool tok = check_tokens<1, 24, 3, false>(24);
+    tok = check_tokens<1, 24, 3, true>(20) && tok;  // padded rows
+    tok = check_tokens<1, 24, 2, true>(24) && tok;
+    tok = check_tokens<1, 32, 3, true>(32) && tok;
+    tok = check_tokens<1, 48, 2, false>(48) && tok;
+    tok = check_tokens<2, 32, 3, false>(64) && tok;
+    tok = check_tokens<2, 48, 3, false>(96) && tok;
+    if (!tok) return 1;
+  }
   if (only_check) return 0;
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
@@ -681,6 +1054,27 @@ int main(int argc, char** argv) {
     std::printf("rows %3d, W %d, tile %d, chunk %4d: %7.1f us (%5.0f GB/s); lean softmax: %7.1f us (%5.0f GB/s)\n",
                 rows, w, tile, chunk, us, mbytes * 1e3 / us, us_lean, mbytes * 1e3 / us_lean);
   };
+  auto tokens_line = [&](int rows, const char* what, int chunk, float us) {
+    std::printf("rows %3d, tokens on M, %s, chunk %4d: %7.1f us (%5.0f GB/s)\n", rows, what, chunk, us, mbytes * 1e3 / us);
+  };
+  for (int chunk : {1216, 2368}) {
+    p.rows = 24;
+    tokens_line(24, "W 1 N 24, 3 stages", chunk, run_tokens<1, 24, 3, false>(p, d, chunk, 30, stream));
+    tokens_line(24, "W 1 N 24, 3 stages, V early", chunk, run_tokens<1, 24, 3, true>(p, d, chunk, 30, stream));
+    tokens_line(24, "W 1 N 24, 2 stages, V early", chunk, run_tokens<1, 24, 2, true>(p, d, chunk, 30, stream));
+    p.rows = 32;
+    tokens_line(32, "W 1 N 32, 3 stages, V early", chunk, run_tokens<1, 32, 3, true>(p, d, chunk, 30, stream));
+    p.rows = 48;
+    tokens_line(48, "W 1 N 48, 2 stages", chunk, run_tokens<1, 48, 2, false>(p, d, chunk, 30, stream));
+    p.rows = 64;
+    tokens_line(64, "W 2 N 32, 3 stages", chunk, run_tokens<2, 32, 3, false>(p, d, chunk, 30, stream));
+    p.rows = 96;
+    tokens_line(96, "W 2 N 48, 3 stages", chunk, run_tokens<2, 48, 3, false>(p, d, chunk, 30, stream));
+  }
+  if (only_tokens) {
+    release(d);
+    return 0;
+  }
   for (int rows : {24, 64, 96, 128}) {
     p.rows = rows;
     for (int chunk : {1216, 2368}) {  // 16 and 8 chunks a sequence
