@@ -493,6 +493,36 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
 template <int kN, bool kTransposeB>
 struct MmaRs;
 template <bool kTransposeB>
+struct MmaRs<8, kTransposeB> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0,%1,%2,%3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+  }
+};
+
+template <bool kTransposeB>
+struct MmaRs<16, kTransposeB> {
+  static __device__ __forceinline__ void run(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
+  }
+};
+
+template <bool kTransposeB>
 struct MmaRs<24, kTransposeB> {
   static __device__ __forceinline__ void run(float (&d)[12], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
     asm volatile(
@@ -1031,6 +1061,7 @@ int main(int argc, char** argv) {
   if (!ok) return 1;
   // tokens_kernel: its timings only if it passes
   bool tok = check_tokens<1, 24, 3, false>(24);
+  tok = check_tokens<1, 8, 3, true>(6) && tok;
   tok = check_tokens<1, 24, 3, true>(20) && tok;  // padded rows
   tok = check_tokens<1, 24, 2, true>(24) && tok;
   tok = check_tokens<1, 32, 3, true>(32) && tok;
@@ -1057,6 +1088,10 @@ int main(int argc, char** argv) {
   };
   for (int chunk : {1216, 2368}) {
     if (!tok) break;
+    p.rows = 6;  // q_len 1 at G 6: against the library's plain kernel on the same card
+    tokens_line(6, "W 1 N 8, 3 stages, V early", chunk, run_tokens<1, 8, 3, true>(p, d, chunk, 30, stream));
+    p.rows = 16;
+    tokens_line(16, "W 1 N 16, 3 stages, V early", chunk, run_tokens<1, 16, 3, true>(p, d, chunk, 30, stream));
     p.rows = 24;
     tokens_line(24, "W 1 N 24, 3 stages", chunk, run_tokens<1, 24, 3, false>(p, d, chunk, 30, stream));
     tokens_line(24, "W 1 N 24, 3 stages, V early", chunk, run_tokens<1, 24, 3, true>(p, d, chunk, 30, stream));
