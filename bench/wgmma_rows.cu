@@ -20,9 +20,10 @@
 // tokens_kernel<W, N, Stages, EarlyV>: tokens on the MMA's M and rows on its N, K and V
 // decoded straight into A registers (below).
 //
-//   vxqa_wgmma_rows [--check | --tokens | --only ROWS TILE CHUNK]   --check: a small problem
-//   against a float64 reference only; --tokens: the checks, then tokens_kernel's timings
-//   alone; --only: three launches of one configuration, lean (for ncu).
+//   vxqa_wgmma_rows [--check | --tokens | --only ROWS TILE CHUNK | --only-tokens CHUNK]
+//   --check: a small problem against a float64 reference only; --tokens: the checks, then
+//   tokens_kernel's timings alone; --only, --only-tokens: three launches of one
+//   configuration (rows_kernel lean; tokens_kernel at 24 rows, V early), for ncu.
 // Prints one line per configuration: µs (median of 30 launches, CUDA events), GB/s of K and
 // V bytes.
 #include <cuda_fp16.h>
@@ -1023,6 +1024,14 @@ bool check_tokens(int rows) {
 int main(int argc, char** argv) {
   const bool only_check = argc > 1 && std::strcmp(argv[1], "--check") == 0;
   const bool only_tokens = argc > 1 && std::strcmp(argv[1], "--tokens") == 0;
+  if (argc == 3 && std::strcmp(argv[1], "--only-tokens") == 0) {  // --only-tokens CHUNK: 24 rows, for ncu
+    const int chunk = std::atoi(argv[2]);
+    Problem p = make(vxqa_bench::lengths(vxqa_bench::kShapes[1]), 24, 9);
+    Device d = to_device(p, chunks_of(p, chunk));
+    for (int r = 0; r < 3; ++r) run_tokens<1, 24, 3, true>(p, d, chunk, 0, 0);
+    release(d);
+    return 0;
+  }
   if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {  // --only ROWS TILE CHUNK: three launches, for ncu
     const int rows = std::atoi(argv[2]), tile = std::atoi(argv[3]), chunk = std::atoi(argv[4]);
     Problem p = make(vxqa_bench::lengths(vxqa_bench::kShapes[1]), rows, 9);
