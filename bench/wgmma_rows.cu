@@ -967,6 +967,7 @@ bool check_with(const char* name, int rows, Launch launch) {
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
   CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
+  int shown = 0;
   for (int b = 0; b < p.batch; ++b)
     for (int r = 0; r < p.rows; ++r) {
       const int len = p.lengths[b];
@@ -990,6 +991,10 @@ bool check_with(const char* name, int rows, Launch launch) {
           acc += s[tk] * vxqa::reference::e5m2_to_double(p.v[row + x]);
         }
         const double want = acc / sum, got = o[(size_t(b) * p.rows + r) * kD + x];
+        if (!(std::fabs(want - got) <= 0.05) && shown < 6) {  // a wrong answer's first places, to tell the pattern
+          std::printf("  sequence %d row %d dim %d: want %.4f got %.4f\n", b, r, x, want, got);
+          ++shown;
+        }
         worst = std::max(worst, std::fabs(want - got));
         largest = std::max(largest, std::fabs(want));
       }
