@@ -1,0 +1,236 @@
+// stream_tail: would handing out fixed-position units of a step's chunks from a counter take
+// the slow SMs' tail apart (issue 22: "no SM waits on the slowest")? A measurement before the
+// decode kernel changes: it streams the seed shape's K and V bytes (pages of 16, D 256, E5M2:
+// the 16 ragged ~17.8K lengths, 146.6 MB) with no compute, as the decode kernel's copies do,
+// one block-table id a 16-token tile, in two ways:
+//   static   one CTA a (sequence, chunk) of the plan's chunk tokens, as decode() launches it;
+//   dynamic  two CTAs an SM for the whole step, each taking the next unit (a fixed token
+//            range of a sequence, U tokens) from a global counter until none is left.
+// The units' positions are fixed, so what a unit computes would not depend on which CTA took
+// it: the partials stay bitwise the same. Prints kernel µs (median of 30 launches, CUDA events;
+// the counter is zeroed before each, outside the events) and, from each CTA's globaltimer
+// stamp at its end, the gap from the median CTA's end to the last one's.
+//
+//   vxqa_stream_tail
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <vxqa/arch/cp_async.cuh>
+
+#include "bench_shapes.cuh"
+
+#define CHECK_CUDA(x)                                                                              \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+namespace {
+
+constexpr int kD = 256, kPage = 16, kThreads = 128;
+constexpr int kTileBytes = kPage * kD;            // a page of K (or of V)
+constexpr int kPerThread = kTileBytes / 16 / kThreads;  // 16-byte loads a thread a page, of K and of V each
+constexpr int kTilesInFlight = 4;
+constexpr int kSmemBytes = 100 * 1024;  // two batches (64 KB), and two CTAs an SM, as the decode kernel's stages allow
+
+struct Args {
+  const uint4* k;
+  const uint4* v;
+  const int32_t* table;  // [batch][max_pages]
+  int max_pages;
+  const int32_t* lengths;
+  const int32_t* unit_begin;  // [batch + 1]: the first unit of each sequence
+  int unit_tokens;
+  int* counter;              // dynamic: the next unit
+  unsigned long long* ends;  // [CTAs]: globaltimer at the CTA's end
+  uint32_t* sink;            // [CTAs]: the XOR of every word read, so that no load is dropped
+};
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Tokens [begin, end) of sequence `seq`: batches of kTilesInFlight pages of K and V copied
+// into shared memory with cp.async, as the SM80 body copies (one block-table id a page), the
+// next batch in flight while a thread reads back its part of the last.
+__device__ uint32_t stream_unit(const Args& a, int seq, int begin, int end, uint4* smem) {
+#if VXQA_HAS_CP_ASYNC
+  const int32_t* table = a.table + int64_t(seq) * a.max_pages;
+  constexpr int kBatch = kTilesInFlight * 2 * kPerThread * kThreads;  // uint4 a batch
+  const int first = begin / kPage, tiles = (end + kPage - 1) / kPage - first;
+  const int batches = (tiles + kTilesInFlight - 1) / kTilesInFlight;
+  auto issue = [&](int b) {
+    if (b < batches) {
+#pragma unroll
+      for (int u = 0; u < kTilesInFlight; ++u) {
+        const int tile = b * kTilesInFlight + u;
+        const bool live = tile < tiles;
+        const int64_t page = live ? table[first + tile] : 0;
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+          const int64_t at = page * (kTileBytes / 16) + threadIdx.x + i * kThreads;
+          uint4* dst = smem + (b & 1) * kBatch + ((u * 2) * kPerThread + i) * kThreads + threadIdx.x;
+          vxqa::arch::cp_async_16_or_zero(dst, a.k + at, live);
+          vxqa::arch::cp_async_16_or_zero(dst + kPerThread * kThreads, a.v + at, live);
+        }
+      }
+    }
+    vxqa::arch::cp_async_commit();
+  };
+  uint32_t x = 0;
+  issue(0);
+  for (int b = 0; b < batches; ++b) {
+    issue(b + 1);
+    vxqa::arch::cp_async_wait<1>();  // batch b, this thread's copies
+#pragma unroll
+    for (int i = 0; i < kTilesInFlight * 2 * kPerThread; ++i) {
+      const uint4 r = smem[(b & 1) * kBatch + i * kThreads + threadIdx.x];
+      x ^= r.x ^ r.y ^ r.z ^ r.w;
+    }
+  }
+  vxqa::arch::cp_async_wait<0>();
+  return x;
+#else
+  return 0u;
+#endif
+}
+
+__device__ void finish(const Args& a, int cta, uint32_t x, bool worked) {
+  __syncthreads();
+  if (threadIdx.x == 0 && worked) a.ends[cta] = globaltimer();
+  if (x == 0x9e3779b9u) a.sink[cta] = x;  // never true on the drawn codes, but the compiler cannot know
+}
+
+// grid (chunks, batch): chunk blockIdx.x of sequence blockIdx.y, unit_tokens a chunk.
+__global__ void __launch_bounds__(kThreads) static_kernel(Args a) {
+  extern __shared__ uint4 smem[];
+  const int seq = blockIdx.y, begin = blockIdx.x * a.unit_tokens;
+  const int end = min(a.lengths[seq], begin + a.unit_tokens);
+  const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
+  finish(a, blockIdx.y * gridDim.x + blockIdx.x, x, begin < end);
+}
+
+// grid (CTAs): each takes units until none is left.
+__global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
+  extern __shared__ uint4 smem[];
+  __shared__ int unit;
+  uint32_t x = 0;
+  for (;;) {
+    if (threadIdx.x == 0) unit = atomicAdd(a.counter, 1);
+    __syncthreads();
+    const int u = unit;
+    __syncthreads();
+    if (u >= a.unit_begin[batch]) break;
+    int seq = 0;
+    while (a.unit_begin[seq + 1] <= u) ++seq;
+    const int begin = (u - a.unit_begin[seq]) * a.unit_tokens;
+    x ^= stream_unit(a, seq, begin, min(a.lengths[seq], begin + a.unit_tokens), smem);
+  }
+  finish(a, blockIdx.x, x, true);
+}
+
+template <class T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  CHECK_CUDA(cudaMalloc(&d, h.size() * sizeof(T)));
+  CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+int main() {
+  const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);
+  const int batch = int(lengths.size());
+  const int max_len = *std::max_element(lengths.begin(), lengths.end());
+  const int max_pages = (max_len + kPage - 1) / kPage;
+  long long tokens = 0;
+  for (int x : lengths) tokens += x;
+  const double mbytes = double(tokens) * kD * 2 / 1e6;
+
+  std::vector<int32_t> table(size_t(batch) * max_pages);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  std::mt19937_64 rng(3);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<uint32_t> codes(table.size() * kTileBytes / 4);
+  for (auto& w : codes) w = uint32_t(rng()) | 0x01010101u;  // no zero word: the sink's test stays false
+  Args a{};
+  a.k = reinterpret_cast<const uint4*>(upload(codes));
+  a.v = reinterpret_cast<const uint4*>(upload(codes));
+  a.table = upload(table);
+  a.max_pages = max_pages;
+  a.lengths = upload(lengths);
+  CHECK_CUDA(cudaMalloc(&a.counter, sizeof(int)));
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int max_ctas = 4096;
+  CHECK_CUDA(cudaMalloc(&a.ends, max_ctas * sizeof(unsigned long long)));
+  CHECK_CUDA(cudaMalloc(&a.sink, max_ctas * sizeof(uint32_t)));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs; the seed shape's lengths, page 16, D 256: %lld tokens, %.1f MB of K and V\n", prop.name, sms,
+              tokens, mbytes);
+
+  CHECK_CUDA(cudaFuncSetAttribute(static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CHECK_CUDA(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  // Median µs of 30 launches, and the last launch's end stamps: median CTA to last.
+  auto measure = [&](const char* what, int unit_tokens, bool dynamic) {
+    std::vector<int32_t> unit_begin(batch + 1, 0);
+    int chunks = 0;
+    for (int b = 0; b < batch; ++b) {
+      const int units = (lengths[b] + unit_tokens - 1) / unit_tokens;
+      unit_begin[b + 1] = unit_begin[b] + units;
+      chunks = std::max(chunks, units);
+    }
+    Args args = a;
+    args.unit_tokens = unit_tokens;
+    args.unit_begin = upload(unit_begin);
+    const int ctas = dynamic ? 2 * sms : chunks * batch;
+    std::vector<float> times;
+    for (int r = 0; r < 31; ++r) {
+      CHECK_CUDA(cudaMemset(args.counter, 0, sizeof(int)));
+      CHECK_CUDA(cudaMemset(args.ends, 0, max_ctas * sizeof(unsigned long long)));
+      CHECK_CUDA(cudaEventRecord(e0));
+      if (dynamic) {
+        dynamic_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
+      } else {
+        static_kernel<<<dim3(chunks, batch), kThreads, kSmemBytes>>>(args);
+      }
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaEventRecord(e1));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      if (r > 0) times.push_back(ms * 1000.f);
+    }
+    std::sort(times.begin(), times.end());
+    std::vector<unsigned long long> ends(ctas);
+    CHECK_CUDA(cudaMemcpy(ends.data(), args.ends, ctas * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    std::vector<unsigned long long> live;
+    for (size_t i = 0; i < ends.size(); ++i)
+      if (ends[i] != 0) live.push_back(ends[i]);
+    std::sort(live.begin(), live.end());
+    const double tail = live.empty() ? 0.0 : double(live.back() - live[live.size() / 2]) / 1e3;
+    const double spread = live.empty() ? 0.0 : double(live.back() - live.front()) / 1e3;
+    std::printf("%-8s unit %5d tokens: %5d units, %4d CTAs: %7.2f us (%5.0f GB/s); ends: median to last %5.2f us, "
+                "first to last %5.2f us\n",
+                what, unit_tokens, unit_begin[batch], ctas, times[times.size() / 2],
+                mbytes * 1e3 / times[times.size() / 2], tail, spread);
+    CHECK_CUDA(cudaFree(const_cast<int32_t*>(args.unit_begin)));
+  };
+  for (int unit : {2368, 1216, 608}) measure("static", unit, false);
+  for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, true);
+  return 0;
+}
