@@ -578,8 +578,9 @@ struct TokShape {
   static constexpr int kStageBytes = 2 * kTile * kD;  // K then V codes, row-major, swizzled
   static constexpr int kQt = kStages * kStageBytes;
   static constexpr int kPt = kQt + W * QtLayout::kBytes;
-  static constexpr int kRed = kPt + W * PtLayout::kBytes;  // [W][4 warps][kN] floats
-  static constexpr int kBytes = kRed + W * 4 * kN * 4;
+  static constexpr int kRed = kPt + 2 * W * PtLayout::kBytes;  // [W][4 warps][kN] floats
+  static constexpr int kBars = kRed + W * 4 * kN * 4;           // [full | empty][kStages] mbarriers
+  static constexpr int kBytes = kBars + 2 * kStages * 8;
   static constexpr int kCtasPerSm = 2 * (kBytes + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
@@ -613,8 +614,37 @@ __device__ __forceinline__ void keep_live(uint32_t (&a)[kCount][4]) {  // until 
     for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(a[i][r]) : "memory");
 }
 
-template <int W, int kN, int kStages, bool kEarlyV>
-__global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm) tokens_kernel(Args a) {
+// mbarriers in shared memory (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: mbarrier"), for the producer warp's hand-over.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar))), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar))) : "memory");
+}
+// The thread's cp.async copies issued so far arrive on `bar` when they land (its count
+// includes this arrival: .noinc).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar))),
+      "r"(parity)
+      : "memory");
+}
+
+// kProducer: a warp of its own copies the tiles and hands them over on mbarriers, so that
+// the computing threads, which run fence.proxy.async before every wgmma that reads P^T, have
+// no copy in flight: the fence (MEMBAR.ALL.CTA in SASS) waits for the thread's outstanding
+// memory operations, cp.async included.
+template <int W, int kN, int kStages, bool kEarlyV, bool kProducer>
+__global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 : TokShape<W, kN, kStages>::kCtasPerSm)
+    tokens_kernel(Args a) {
 #if VXQA_HAS_WGMMA
   extern __shared__ __align__(1024) uint8_t smem[];
   using S = TokShape<W, kN, kStages>;
@@ -628,7 +658,7 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
   const int32_t* table = a.block_table + int64_t(seq) * a.max_pages;
   const int row0 = group * kN;
   uint8_t* qt = smem + S::kQt + group * S::QtLayout::kBytes;
-  uint8_t* pt = smem + S::kPt + group * S::PtLayout::kBytes;
+  uint8_t* pt_buffers = smem + S::kPt + group * 2 * S::PtLayout::kBytes;  // two: a tile's and the next's
   float* red = reinterpret_cast<float*>(smem + S::kRed) + group * 4 * kN;
 
   // Q^T of this warpgroup's rows, dims in the decode's order; rows past a.rows zero.
@@ -638,22 +668,58 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
     *reinterpret_cast<uint16_t*>(qt + S::QtLayout::offset(n, k)) = x;
   }
   auto stage = [&](int j) { return smem + (j % kStages) * S::kStageBytes; };
-  auto issue = [&](int j) {  // tile j's codes; thread t copies chunks of one token
-    if (j < tiles) {
-      constexpr int kPerRow = kThreads / kTile, kChunks = 16 / kPerRow;
-      const int row = t / kPerRow, part = t % kPerRow, token = begin + j * kTile + row;
-      const bool live = token < end;
-      const int64_t offset = (int64_t(live ? table[token / kPage] : 0) * kPage + token % kPage) * kD;
-      uint8_t* st = stage(j);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBars);
+  uint64_t* empty = full + kStages;
+  constexpr int kCopiers = kProducer ? 32 : kThreads;
+  constexpr int kPerRow = kCopiers >= kTile ? kCopiers / kTile : 1, kChunks = 16 / kPerRow;
+  const int copy_row = kProducer ? (t & 31) : t / kPerRow, part = kProducer ? 0 : t % kPerRow;
+  // The block-table id of the thread's token of tile j, loaded a tile before its copies.
+  auto page_of = [&](int j) -> int32_t {
+    const int token = begin + j * kTile + copy_row;
+    return token < end ? table[token / kPage] : 0;
+  };
+  // Tile j's codes of the thread's token copy_row + 32 h (h < kRowsPerCopier).
+  auto copy_row_of = [&](int j, int h, int32_t page) {
+    const int row = copy_row + 32 * h, token = begin + j * kTile + row;
+    const bool live = token < end;
+    const int64_t offset = (int64_t(page) * kPage + token % kPage) * kD;
+    uint8_t* st = stage(j);
 #pragma unroll
-      for (int u = 0; u < kChunks; ++u) {
-        const int ch = part * kChunks + u;
-        vxqa::arch::cp_async_16_or_zero(st + row * kD + 16 * k_chunk(row, ch), a.k + offset + 16 * ch, live);
-        vxqa::arch::cp_async_16_or_zero(st + kTile * kD + row * kD + 16 * v_chunk(row, ch), a.v + offset + 16 * ch, live);
-      }
+    for (int u = 0; u < kChunks; ++u) {
+      const int ch = part * kChunks + u;
+      vxqa::arch::cp_async_16_or_zero(st + row * kD + 16 * k_chunk(row, ch), a.k + offset + 16 * ch, live);
+      vxqa::arch::cp_async_16_or_zero(st + kTile * kD + row * kD + 16 * v_chunk(row, ch), a.v + offset + 16 * ch, live);
     }
+  };
+  auto issue = [&](int j, int32_t page) {  // tile j's codes; thread t copies chunks of one token
+    if (j < tiles) copy_row_of(j, 0, page);
     vxqa::arch::cp_async_commit();
   };
+  if constexpr (kProducer) {
+    if (t == 0)
+      for (int s = 0; s < kStages; ++s) mbar_init(full + s, 32), mbar_init(empty + s, kThreads);
+    __syncthreads();
+    if (t >= kThreads) {  // the producer warp: tokens lane and lane + 32 of every tile
+      auto pages_of = [&](int j, int32_t (&pg)[2]) {
+        for (int h = 0; h < 2; ++h) {
+          const int token = begin + j * kTile + copy_row + 32 * h;
+          pg[h] = token < end ? table[token / kPage] : 0;
+        }
+      };
+      int32_t pg[2], next[2];
+      pages_of(0, next);
+      for (int j = 0; j < tiles; ++j) {
+        pg[0] = next[0], pg[1] = next[1];
+        pages_of(j + 1, next);
+        if (j >= kStages) mbar_wait(empty + j % kStages, uint32_t((j / kStages - 1) & 1));
+        copy_row_of(j, 0, pg[0]);
+        copy_row_of(j, 1, pg[1]);
+        mbar_arrive_on_copies(full + j % kStages);
+      }
+      vxqa::arch::cp_async_wait<0>();
+      return;
+    }
+  }
 
   float o[4][kN / 2];
 #pragma unroll
@@ -664,15 +730,31 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
 #pragma unroll
   for (int x = 0; x < kSlots; ++x) mrun[x] = -INFINITY, lpart[x] = 0.f;
   const uint32_t qt_base = static_cast<uint32_t>(__cvta_generic_to_shared(qt));
-  const uint32_t pt_base = static_cast<uint32_t>(__cvta_generic_to_shared(pt));
 
+  int32_t next_page = 0;
+  if constexpr (kProducer) {
+    vxqa::arch::wgmma::fence_shared_for_async();  // Q^T
+    vxqa::arch::named_barrier_sync(1 + group, 128);
+  } else {
 #pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) issue(j);
+    for (int j = 0; j < kStages - 1; ++j) issue(j, page_of(j));
+    next_page = page_of(kStages - 1);
+  }
   for (int j = 0; j < tiles; ++j) {
-    vxqa::arch::cp_async_wait<kStages - 2>();
-    vxqa::arch::wgmma::fence_shared_for_async();  // Q^T (first tile)
-    __syncthreads();  // tile j landed; every warpgroup done with tile j - 1 (its stage, P^T)
-    issue(j + kStages - 1);
+    if constexpr (kProducer) {
+      mbar_wait(full + j % kStages, uint32_t((j / kStages) & 1));
+    } else {
+      vxqa::arch::cp_async_wait<kStages - 2>();
+      vxqa::arch::wgmma::fence_shared_for_async();  // Q^T (first tile)
+      __syncthreads();  // tile j landed; every warpgroup done with tile j - 1 (its stage, P^T)
+      issue(j + kStages - 1, next_page);
+      next_page = page_of(j + kStages);
+    }
+    // With the producer, P^T alternates between two buffers: tile j - 1's P·V, waited for by
+    // each warp, and the vote barrier of tile j order every read of the other one before
+    // tile j + 1 writes it.
+    uint8_t* pt = pt_buffers + (kProducer ? (j & 1) * S::PtLayout::kBytes : 0);
+    const uint32_t pt_base = static_cast<uint32_t>(__cvta_generic_to_shared(pt));
     const uint8_t* kst = stage(j);
     const uint8_t* vst = kst + kTile * kD;
 
@@ -730,6 +812,7 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
         }
     };
     if constexpr (kEarlyV) decode_v();
+    if constexpr (kProducer && kEarlyV) mbar_arrive(empty + j % kStages);  // stage j read
     vxqa::arch::wgmma::wait<0>();
     keep_live(ka);
     vxqa::arch::wgmma::fence_registers(s);
@@ -789,6 +872,7 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
     for (int i = 0; i < kN / 2; ++i) lpart[2 * (i >> 2) + (i & 1)] += p[i];
 
     if constexpr (!kEarlyV) decode_v();
+    if constexpr (kProducer && !kEarlyV) mbar_arrive(empty + j % kStages);
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -809,7 +893,7 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
   vxqa::arch::cp_async_wait<0>();
 
   // l: the thread's sums over its tokens, summed over g and the warps
-  __syncthreads();  // red free
+  vxqa::arch::named_barrier_sync(1 + group, 128);  // red free
 #pragma unroll
   for (int x = 0; x < kSlots; ++x) {
     lpart[x] += __shfl_xor_sync(0xffffffffu, lpart[x], 4);
@@ -817,7 +901,7 @@ __global__ void __launch_bounds__(128 * W, TokShape<W, kN, kStages>::kCtasPerSm)
     lpart[x] += __shfl_xor_sync(0xffffffffu, lpart[x], 16);
     if (g == 0) red[warp * kN + 8 * (x >> 1) + 2 * c + (x & 1)] = lpart[x];
   }
-  __syncthreads();
+  vxqa::arch::named_barrier_sync(1 + group, 128);
   const int64_t slot_index = int64_t(seq) * a.chunks + chunk;
 #pragma unroll
   for (int x = 0; x < kSlots; ++x) {
@@ -933,11 +1017,11 @@ float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStr
 }
 
 // tokens_kernel<W, N, Stages, EarlyV>: W · N rows at most.
-template <int W, int kN, int kStages, bool kEarlyV>
+template <int W, int kN, int kStages, bool kEarlyV, bool kProducer = true>
 float run_tokens(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
   const Args a = args_of(p, d, chunk_tokens, 0, 0);
-  return time_kernel(tokens_kernel<W, kN, kStages, kEarlyV>, a, dim3(a.chunks, p.batch), 128 * W,
-                     TokShape<W, kN, kStages>::kBytes, reps, stream);
+  return time_kernel(tokens_kernel<W, kN, kStages, kEarlyV, kProducer>, a, dim3(a.chunks, p.batch),
+                     128 * W + (kProducer ? 32 : 0), TokShape<W, kN, kStages>::kBytes, reps, stream);
 }
 
 Device to_device(const Problem& p, int chunks) {
@@ -1015,12 +1099,13 @@ bool check(int rows) {
   });
 }
 
-template <int W, int kN, int kStages, bool kEarlyV>
+template <int W, int kN, int kStages, bool kEarlyV, bool kProducer = true>
 bool check_tokens(int rows) {
-  char name[96];
-  std::snprintf(name, sizeof name, "tokens on M, W %d N %d, %d stages%s", W, kN, kStages, kEarlyV ? ", V early" : "");
+  char name[112];
+  std::snprintf(name, sizeof name, "tokens on M, W %d N %d, %d stages%s%s", W, kN, kStages, kEarlyV ? ", V early" : "",
+                kProducer ? ", producer warp" : ", every thread copies");
   return check_with(name, rows, [](const Problem& p, const Device& d, int chunk) {
-    run_tokens<W, kN, kStages, kEarlyV>(p, d, chunk, 0, 0);
+    run_tokens<W, kN, kStages, kEarlyV, kProducer>(p, d, chunk, 0, 0);
   });
 }
 
@@ -1076,6 +1161,7 @@ int main(int argc, char** argv) {
   // tokens_kernel: its timings only if it passes
   bool tok = check_tokens<1, 24, 3, false>(24);
   tok = check_tokens<1, 8, 3, true>(6) && tok;
+  tok = check_tokens<1, 24, 3, true, false>(24) && tok;
   tok = check_tokens<1, 24, 3, true>(20) && tok;  // padded rows
   tok = check_tokens<1, 24, 2, true>(24) && tok;
   tok = check_tokens<1, 32, 3, true>(32) && tok;
@@ -1104,20 +1190,26 @@ int main(int argc, char** argv) {
     if (!tok) break;
     p.rows = 6;  // q_len 1 at G 6: against the library's plain kernel on the same card
     tokens_line(6, "W 1 N 8, 3 stages, V early", chunk, run_tokens<1, 8, 3, true>(p, d, chunk, 30, stream));
+    tokens_line(6, "W 1 N 8, 3 stages, V early, every thread copies", chunk,
+                run_tokens<1, 8, 3, true, false>(p, d, chunk, 30, stream));
     p.rows = 16;
     tokens_line(16, "W 1 N 16, 3 stages, V early", chunk, run_tokens<1, 16, 3, true>(p, d, chunk, 30, stream));
     p.rows = 24;
     tokens_line(24, "W 1 N 24, 3 stages", chunk, run_tokens<1, 24, 3, false>(p, d, chunk, 30, stream));
     tokens_line(24, "W 1 N 24, 3 stages, V early", chunk, run_tokens<1, 24, 3, true>(p, d, chunk, 30, stream));
     tokens_line(24, "W 1 N 24, 2 stages, V early", chunk, run_tokens<1, 24, 2, true>(p, d, chunk, 30, stream));
+    tokens_line(24, "W 1 N 24, 3 stages, V early, every thread copies", chunk,
+                run_tokens<1, 24, 3, true, false>(p, d, chunk, 30, stream));
     p.rows = 32;
     tokens_line(32, "W 1 N 32, 3 stages, V early", chunk, run_tokens<1, 32, 3, true>(p, d, chunk, 30, stream));
     p.rows = 48;
     tokens_line(48, "W 1 N 48, 2 stages", chunk, run_tokens<1, 48, 2, false>(p, d, chunk, 30, stream));
     p.rows = 64;
     tokens_line(64, "W 2 N 32, 3 stages", chunk, run_tokens<2, 32, 3, false>(p, d, chunk, 30, stream));
+    tokens_line(64, "W 2 N 32, 3 stages, every thread copies", chunk, run_tokens<2, 32, 3, false, false>(p, d, chunk, 30, stream));
     p.rows = 96;
     tokens_line(96, "W 2 N 48, 3 stages", chunk, run_tokens<2, 48, 3, false>(p, d, chunk, 30, stream));
+    tokens_line(96, "W 2 N 48, 3 stages, every thread copies", chunk, run_tokens<2, 48, 3, false, false>(p, d, chunk, 30, stream));
   }
   if (only_tokens) {
     release(d);
