@@ -35,9 +35,7 @@
 namespace {
 
 constexpr int kD = 256, kPage = 16, kThreads = 128;
-constexpr int kTileBytes = kPage * kD;            // a page of K (or of V)
-constexpr int kPerThread = kTileBytes / 16 / kThreads;  // 16-byte loads a thread a page, of K and of V each
-constexpr int kTilesInFlight = 4;
+constexpr int kTileBytes = kPage * kD;  // a page of K (or of V)
 constexpr int kSmemBytes = 100 * 1024;  // two batches (64 KB), and two CTAs an SM, as the decode kernel's stages allow
 
 struct Args {
@@ -59,11 +57,13 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   return t;
 }
 
-// Tokens [begin, end) of sequence `seq`: batches of kTilesInFlight pages of K and V copied
+// Tokens [begin, end) of sequence `seq`: batches of 4 pages of K and V copied
 // into shared memory with cp.async, as the SM80 body copies (one block-table id a page), the
 // next batch in flight while a thread reads back its part of the last.
 __device__ uint32_t stream_unit(const Args& a, int seq, int begin, int end, uint4* smem) {
 #if VXQA_HAS_CP_ASYNC
+  constexpr int kPerThread = kTileBytes / 16 / kThreads;  // 16-byte copies a thread a page, of K and of V each
+  constexpr int kTilesInFlight = 4;
   const int32_t* table = a.table + int64_t(seq) * a.max_pages;
   constexpr int kBatch = kTilesInFlight * 2 * kPerThread * kThreads;  // uint4 a batch
   const int first = begin / kPage, tiles = (end + kPage - 1) / kPage - first;
