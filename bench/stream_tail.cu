@@ -5,7 +5,9 @@
 // one block-table id a 16-token tile, in two ways:
 //   static   one CTA a (sequence, chunk) of the plan's chunk tokens, as decode() launches it;
 //   dynamic  two CTAs an SM for the whole step, each taking the next unit (a fixed token
-//            range of a sequence, U tokens) from a global counter until none is left.
+//            range of a sequence, U tokens) from a global counter until none is left;
+//   flowing  the same, with the copies running on across units and each unit claimed one
+//            unit ahead.
 // The units' positions are fixed, so what a unit computes would not depend on which CTA took
 // it: the partials stay bitwise the same. Prints kernel µs (median of 30 launches, CUDA events;
 // the counter is zeroed before each, outside the events) and, from each CTA's globaltimer
@@ -104,6 +106,84 @@ __device__ uint32_t stream_unit(const Args& a, int seq, int begin, int end, uint
 #endif
 }
 
+// Flowing: the same units, but the CTA's copies run on across them. Batches of up to 4 pages
+// of one unit; the next batch is in flight while the last is read, whichever unit it is
+// from, and a unit is claimed one unit ahead (thread 0 reads the counter's answer a unit
+// after asking), so neither the counter's round trip nor a pipeline's ramp sits between
+// units.
+struct Batch {
+  int seq, page, count;  // pages [page, page + count) of sequence seq; count 0: none left
+};
+
+__device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& claimed) {
+#if VXQA_HAS_CP_ASYNC
+  constexpr int kPerThread = kTileBytes / 16 / kThreads;
+  constexpr int kPages = 4;
+  constexpr int kBatch = kPages * 2 * kPerThread * kThreads;  // uint4 a batch
+  const int total = a.unit_begin[batch];
+  int pending = 0;  // thread 0: the counter's answer to the claim made a unit ago
+  if (threadIdx.x == 0) pending = atomicAdd(a.counter, 1);
+  int seq = 0, page = 0, end_page = 0;
+  bool done = false;
+  auto take = [&]() -> Batch {
+    if (!done && page == end_page) {  // the unit is issued: the next one, and claim another
+      if (threadIdx.x == 0) claimed = pending, pending = atomicAdd(a.counter, 1);
+      __syncthreads();
+      const int u = claimed;
+      __syncthreads();
+      if (u >= total) {
+        done = true;
+      } else {
+        seq = 0;
+        while (a.unit_begin[seq + 1] <= u) ++seq;
+        const int begin = (u - a.unit_begin[seq]) * a.unit_tokens;
+        const int end = min(a.lengths[seq], begin + a.unit_tokens);
+        page = begin / kPage;
+        end_page = (end + kPage - 1) / kPage;
+      }
+    }
+    if (done) return Batch{0, 0, 0};
+    const Batch b{seq, page, min(kPages, end_page - page)};
+    page += b.count;
+    return b;
+  };
+  auto issue = [&](int slot, const Batch& b) {
+    const int32_t* table = a.table + int64_t(b.seq) * a.max_pages;
+#pragma unroll
+    for (int u = 0; u < kPages; ++u) {
+      if (u < b.count) {
+        const int64_t pg = table[b.page + u];
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+          const int64_t at = pg * (kTileBytes / 16) + threadIdx.x + i * kThreads;
+          uint4* dst = smem + slot * kBatch + ((u * 2) * kPerThread + i) * kThreads + threadIdx.x;
+          vxqa::arch::cp_async_16_or_zero(dst, a.k + at, true);
+          vxqa::arch::cp_async_16_or_zero(dst + kPerThread * kThreads, a.v + at, true);
+        }
+      }
+    }
+    vxqa::arch::cp_async_commit();
+  };
+  uint32_t x = 0;
+  Batch cur = take();
+  issue(0, cur);
+  for (int b = 0; cur.count > 0; ++b) {
+    const Batch next = take();
+    issue((b + 1) & 1, next);
+    vxqa::arch::cp_async_wait<1>();  // batch b, this thread's copies
+    for (int i = 0; i < cur.count * 2 * kPerThread; ++i) {
+      const uint4 r = smem[(b & 1) * kBatch + i * kThreads + threadIdx.x];
+      x ^= r.x ^ r.y ^ r.z ^ r.w;
+    }
+    cur = next;
+  }
+  vxqa::arch::cp_async_wait<0>();
+  return x;
+#else
+  return 0u;
+#endif
+}
+
 __device__ void finish(const Args& a, int cta, uint32_t x, bool worked) {
   __syncthreads();
   if (threadIdx.x == 0 && worked) a.ends[cta] = globaltimer();
@@ -135,6 +215,14 @@ __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
     const int begin = (u - a.unit_begin[seq]) * a.unit_tokens;
     x ^= stream_unit(a, seq, begin, min(a.lengths[seq], begin + a.unit_tokens), smem);
   }
+  finish(a, blockIdx.x, x, true);
+}
+
+// grid (CTAs): each takes units until none is left, its copies flowing across them.
+__global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
+  extern __shared__ uint4 smem[];
+  __shared__ int claimed;
+  const uint32_t x = stream_flowing(a, batch, smem, claimed);
   finish(a, blockIdx.x, x, true);
 }
 
@@ -182,11 +270,14 @@ int main() {
 
   CHECK_CUDA(cudaFuncSetAttribute(static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   CHECK_CUDA(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CHECK_CUDA(cudaFuncSetAttribute(flowing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   // Median µs of 30 launches, and the last launch's end stamps: median CTA to last.
-  auto measure = [&](const char* what, int unit_tokens, bool dynamic) {
+  enum Kind { kStatic, kDynamic, kFlowing };
+  auto measure = [&](const char* what, int unit_tokens, Kind kind) {
+    const bool dynamic = kind != kStatic;
     std::vector<int32_t> unit_begin(batch + 1, 0);
     int chunks = 0;
     for (int b = 0; b < batch; ++b) {
@@ -203,7 +294,9 @@ int main() {
       CHECK_CUDA(cudaMemset(args.counter, 0, sizeof(int)));
       CHECK_CUDA(cudaMemset(args.ends, 0, max_ctas * sizeof(unsigned long long)));
       CHECK_CUDA(cudaEventRecord(e0));
-      if (dynamic) {
+      if (kind == kFlowing) {
+        flowing_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
+      } else if (kind == kDynamic) {
         dynamic_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else {
         static_kernel<<<dim3(chunks, batch), kThreads, kSmemBytes>>>(args);
@@ -230,7 +323,8 @@ int main() {
                 mbytes * 1e3 / times[times.size() / 2], tail, spread);
     CHECK_CUDA(cudaFree(const_cast<int32_t*>(args.unit_begin)));
   };
-  for (int unit : {2368, 1216, 608}) measure("static", unit, false);
-  for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, true);
+  for (int unit : {2368, 1216, 608}) measure("static", unit, kStatic);
+  for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, kDynamic);
+  for (int unit : {1216, 608, 304, 160, 80}) measure("flowing", unit, kFlowing);
   return 0;
 }
