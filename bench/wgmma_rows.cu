@@ -41,6 +41,7 @@
 #include <vxqa/arch/named_barrier.cuh>
 #include <vxqa/arch/wgmma.cuh>
 #include <vxqa/mma/wgmma_layout.cuh>
+#include <vxqa/mma/wgmma_tokens_layout.cuh>
 #include <vxqa/numeric/e5m2.cuh>
 
 #include "bench_shapes.cuh"
@@ -584,17 +585,8 @@ struct TokShape {
   static constexpr int kCtasPerSm = 2 * (kBytes + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
-// The cache dim that logical k (0..255) of the QK MMA's K dimension holds: thread-in-group c
-// holds, at step s, k 2c, 2c + 1 (register 0/1) and 2c + 8, 2c + 9 (register 2/3), which are
-// dims 16 (4 (s / 4) + c) + 4 (s % 4) + 0, 1, 2, 3 of its token.
-__host__ __device__ constexpr int qk_dim(int k) {
-  const int s = k / 16, kk = k % 16, c = (kk % 8) / 2;
-  return 16 * (4 * (s / 4) + c) + 4 * (s % 4) + (kk & 1) + 2 * (kk >> 3);
-}
-// Swizzles of a stage's 16-byte chunks (16 a token): K's loads take chunk 4i + c of tokens
-// g, g + 8; V's take chunk 4w + g/2 of tokens 2c, 2c + 1, ...: both conflict-free.
-__host__ __device__ constexpr int k_chunk(int token, int c) { return c ^ ((token & 1) << 2); }
-__host__ __device__ constexpr int v_chunk(int token, int c) { return c ^ (token & 6); }
+// Where a thread's A registers come from: mma/wgmma_tokens_layout.cuh.
+using TokensLayout = wg::TokensOnMLayout<kD>;
 
 __device__ __forceinline__ bool barrier_or(int id, int threads, bool pred) {
   uint32_t r;
@@ -664,7 +656,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
   // Q^T of this warpgroup's rows, dims in the decode's order; rows past a.rows zero.
   for (int i = wg_t; i < kN * kD; i += 128) {
     const int n = i / kD, k = i % kD, row = row0 + n;
-    const uint16_t x = row < a.rows ? a.q[(int64_t(seq) * a.rows + row) * kD + qk_dim(k)] : uint16_t(0);
+    const uint16_t x = row < a.rows ? a.q[(int64_t(seq) * a.rows + row) * kD + TokensLayout::qk_dim(k)] : uint16_t(0);
     *reinterpret_cast<uint16_t*>(qt + S::QtLayout::offset(n, k)) = x;
   }
   auto stage = [&](int j) { return smem + (j % kStages) * S::kStageBytes; };
@@ -687,8 +679,10 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
 #pragma unroll
     for (int u = 0; u < kChunks; ++u) {
       const int ch = part * kChunks + u;
-      vxqa::arch::cp_async_16_or_zero(st + row * kD + 16 * k_chunk(row, ch), a.k + offset + 16 * ch, live);
-      vxqa::arch::cp_async_16_or_zero(st + kTile * kD + row * kD + 16 * v_chunk(row, ch), a.v + offset + 16 * ch, live);
+      vxqa::arch::cp_async_16_or_zero(st + row * kD + 16 * TokensLayout::k_slot(row, ch), a.k + offset + 16 * ch,
+                                      live);
+      vxqa::arch::cp_async_16_or_zero(st + kTile * kD + row * kD + 16 * TokensLayout::v_slot(row, ch),
+                                      a.v + offset + 16 * ch, live);
     }
   };
   auto issue = [&](int j, int32_t page) {  // tile j's codes; thread t copies chunks of one token
@@ -764,8 +758,9 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
       const int r0 = 16 * warp + g, r1 = r0 + 8;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint4 x0 = *reinterpret_cast<const uint4*>(kst + r0 * kD + 16 * k_chunk(r0, 4 * i + c));
-        const uint4 x1 = *reinterpret_cast<const uint4*>(kst + r1 * kD + 16 * k_chunk(r1, 4 * i + c));
+        const int chunk = TokensLayout::k_chunk(i, c);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(kst + r0 * kD + 16 * TokensLayout::k_slot(r0, chunk));
+        const uint4 x1 = *reinterpret_cast<const uint4*>(kst + r1 * kD + 16 * TokensLayout::k_slot(r1, chunk));
         const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
         for (int sp = 0; sp < 4; ++sp) {
@@ -796,18 +791,19 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
 #pragma unroll
         for (int half = 0; half < 2; ++half) {  // tokens 2c, 2c + 1 (registers 0, 1), then + 8 (2, 3)
           const int t0 = 16 * ks + 2 * c + 8 * half, t1 = t0 + 1;
-          const int ch = 4 * warp + (g >> 1), byte = 8 * (g & 1);
-          const uint2 x0 = *reinterpret_cast<const uint2*>(vst + t0 * kD + 16 * v_chunk(t0, ch) + byte);
-          const uint2 x1 = *reinterpret_cast<const uint2*>(vst + t1 * kD + 16 * v_chunk(t1, ch) + byte);
+          const int ch = TokensLayout::v_byte(warp, g) / 16, byte = TokensLayout::v_byte(warp, g) % 16;
+          const uint2 x0 = *reinterpret_cast<const uint2*>(vst + t0 * kD + 16 * TokensLayout::v_slot(t0, ch) + byte);
+          const uint2 x1 = *reinterpret_cast<const uint2*>(vst + t1 * kD + 16 * TokensLayout::v_slot(t1, ch) + byte);
           const uint32_t lo[2] = {x0.x, x0.y}, hi[2] = {x1.x, x1.y};
 #pragma unroll
           for (int wd = 0; wd < 2; ++wd) {
-            const uint32_t u01 = __byte_perm(lo[wd], hi[wd], 0x5140);  // t0 b0, t1 b0, t0 b1, t1 b1
-            const uint32_t u23 = __byte_perm(lo[wd], hi[wd], 0x7362);
-            va[ks][2 * wd][2 * half] = __byte_perm(u01, 0, 0x1404);
-            va[ks][2 * wd][2 * half + 1] = __byte_perm(u01, 0, 0x3424);
-            va[ks][2 * wd + 1][2 * half] = __byte_perm(u23, 0, 0x1404);
-            va[ks][2 * wd + 1][2 * half + 1] = __byte_perm(u23, 0, 0x3424);
+            uint32_t dims01, dims23;  // codes 4 wd .. 4 wd + 3 of t0 and t1, paired by dim
+            TokensLayout::interleave_tokens(lo[wd], hi[wd], dims01, dims23);
+            const uint2 h01 = vxqa::e5m2x4_to_half2x2_bits(dims01), h23 = vxqa::e5m2x4_to_half2x2_bits(dims23);
+            va[ks][2 * wd][2 * half] = h01.x;  // M tile 2 wd: rows g (dim + 0) and g + 8 (dim + 1)
+            va[ks][2 * wd][2 * half + 1] = h01.y;
+            va[ks][2 * wd + 1][2 * half] = h23.x;
+            va[ks][2 * wd + 1][2 * half + 1] = h23.y;
           }
         }
     };
@@ -910,7 +906,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
     const float l = red[n] + red[kN + n] + red[2 * kN + n] + red[3 * kN + n];
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int i0 = 4 * (x >> 1) + (x & 1);  // o[mt][i0] is dim 2 mt, o[mt][i0 + 2] dim 2 mt + 1 of the eight
-    float* dst = a.o + (slot_index * a.rows + row) * kD + 64 * warp + 8 * g;
+    float* dst = a.o + (slot_index * a.rows + row) * kD + TokensLayout::v_byte(warp, g);
     *reinterpret_cast<float4*>(dst) = make_float4(o[0][i0] * inv, o[0][i0 + 2] * inv, o[1][i0] * inv, o[1][i0 + 2] * inv);
     *reinterpret_cast<float4*>(dst + 4) =
         make_float4(o[2][i0] * inv, o[2][i0 + 2] * inv, o[3][i0] * inv, o[3][i0 + 2] * inv);
