@@ -38,6 +38,7 @@
 
 #include <vxqa/arch/cp_async.cuh>
 #include <vxqa/arch/fast_float.cuh>
+#include <vxqa/arch/mbarrier.cuh>
 #include <vxqa/arch/named_barrier.cuh>
 #include <vxqa/arch/wgmma.cuh>
 #include <vxqa/mma/wgmma_layout.cuh>
@@ -492,85 +493,6 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1) specialized_kernel(
 // warps): the running max is shared by the warpgroup and moves only when a score exceeds it
 // by more than 2^8 (the P^T tile is fp16): a vote on the barrier that publishes P^T, and a
 // second pass in the rare tiles where it does (always the first).
-template <int kN, bool kTransposeB>
-struct MmaRs;
-template <bool kTransposeB>
-struct MmaRs<8, kTransposeB> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-        "{%0,%1,%2,%3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
-  }
-};
-
-template <bool kTransposeB>
-struct MmaRs<16, kTransposeB> {
-  static __device__ __forceinline__ void run(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
-  }
-};
-
-template <bool kTransposeB>
-struct MmaRs<24, kTransposeB> {
-  static __device__ __forceinline__ void run(float (&d)[12], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %17, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, {%12, %13, %14, %15}, %16, p, 1, 1, %18;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
-  }
-};
-
-template <bool kTransposeB>
-struct MmaRs<32, kTransposeB> {
-  static __device__ __forceinline__ void run(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
-  }
-};
-
-template <bool kTransposeB>
-struct MmaRs<48, kTransposeB> {
-  static __device__ __forceinline__ void run(float (&d)[24], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %29, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24, %25, %26, %27}, %28, p, 1, 1, %30;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
-  }
-};
-
-
-
 template <int W, int kN, int kStages>
 struct TokShape {
   static constexpr int kTile = 64;
@@ -588,46 +510,12 @@ struct TokShape {
 // Where a thread's A registers come from: mma/wgmma_tokens_layout.cuh.
 using TokensLayout = wg::TokensOnMLayout<kD>;
 
-__device__ __forceinline__ bool barrier_or(int id, int threads, bool pred) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
-      : "memory");
-  return r != 0;
-}
-
 template <int kCount>
 __device__ __forceinline__ void keep_live(uint32_t (&a)[kCount][4]) {  // until the wgmma that reads them is waited for
 #pragma unroll
   for (int i = 0; i < kCount; ++i)
 #pragma unroll
     for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(a[i][r]) : "memory");
-}
-
-// mbarriers in shared memory (PTX ISA, "Parallel Synchronization and Communication
-// Instructions: mbarrier"), for the producer warp's hand-over.
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar))), "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar))) : "memory");
-}
-// The thread's cp.async copies issued so far arrive on `bar` when they land (its count
-// includes this arrival: .noinc).
-__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar)))
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(uint32_t(__cvta_generic_to_shared(bar))),
-      "r"(parity)
-      : "memory");
 }
 
 // kProducer: a warp of its own copies the tiles and hands them over on mbarriers, so that
@@ -691,7 +579,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
   };
   if constexpr (kProducer) {
     if (t == 0)
-      for (int s = 0; s < kStages; ++s) mbar_init(full + s, 32), mbar_init(empty + s, kThreads);
+      for (int s = 0; s < kStages; ++s) vxqa::arch::mbarrier::init(full + s, 32), vxqa::arch::mbarrier::init(empty + s, kThreads);
     __syncthreads();
     if (t >= kThreads) {  // the producer warp: tokens lane and lane + 32 of every tile
       auto pages_of = [&](int j, int32_t (&pg)[2]) {
@@ -705,10 +593,10 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
       for (int j = 0; j < tiles; ++j) {
         pg[0] = next[0], pg[1] = next[1];
         pages_of(j + 1, next);
-        if (j >= kStages) mbar_wait(empty + j % kStages, uint32_t((j / kStages - 1) & 1));
+        if (j >= kStages) vxqa::arch::mbarrier::wait_parity(empty + j % kStages, uint32_t((j / kStages - 1) & 1));
         copy_row_of(j, 0, pg[0]);
         copy_row_of(j, 1, pg[1]);
-        mbar_arrive_on_copies(full + j % kStages);
+        vxqa::arch::mbarrier::arrive_when_copies_land(full + j % kStages);
       }
       vxqa::arch::cp_async_wait<0>();
       return;
@@ -736,7 +624,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
   }
   for (int j = 0; j < tiles; ++j) {
     if constexpr (kProducer) {
-      mbar_wait(full + j % kStages, uint32_t((j / kStages) & 1));
+      vxqa::arch::mbarrier::wait_parity(full + j % kStages, uint32_t((j / kStages) & 1));
     } else {
       vxqa::arch::cp_async_wait<kStages - 2>();
       vxqa::arch::wgmma::fence_shared_for_async();  // Q^T (first tile)
@@ -776,7 +664,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
     for (int step = 0; step < 16; ++step)
-      MmaRs<kN, false>::run(s, ka[step],
+      vxqa::arch::wgmma::MmaRs<kN, false>::run(s, ka[step],
                             wg::descriptor(qt_base + S::QtLayout::step_offset(0, step), S::QtLayout::kLeadingBytes,
                                            S::QtLayout::kStrideBytes),
                             step > 0);
@@ -808,7 +696,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
         }
     };
     if constexpr (kEarlyV) decode_v();
-    if constexpr (kProducer && kEarlyV) mbar_arrive(empty + j % kStages);  // stage j read
+    if constexpr (kProducer && kEarlyV) vxqa::arch::mbarrier::arrive(empty + j % kStages);  // stage j read
     vxqa::arch::wgmma::wait<0>();
     keep_live(ka);
     vxqa::arch::wgmma::fence_registers(s);
@@ -832,7 +720,7 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
       vxqa::arch::wgmma::fence_shared_for_async();
     };
     publish();
-    if (barrier_or(1 + group, 128, exceed)) {  // the rare tile: the max moves
+    if (vxqa::arch::named_barrier_sync_any(1 + group, 128, exceed)) {  // the rare tile: the max moves
       float tm[kSlots];
 #pragma unroll
       for (int x = 0; x < kSlots; ++x) tm[x] = -INFINITY;
@@ -868,14 +756,14 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
     for (int i = 0; i < kN / 2; ++i) lpart[2 * (i >> 2) + (i & 1)] += p[i];
 
     if constexpr (!kEarlyV) decode_v();
-    if constexpr (kProducer && !kEarlyV) mbar_arrive(empty + j % kStages);
+    if constexpr (kProducer && !kEarlyV) vxqa::arch::mbarrier::arrive(empty + j % kStages);
     vxqa::arch::wgmma::fence_operands();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       const uint64_t desc = wg::descriptor(pt_base + S::PtLayout::step_offset(0, ks), S::PtLayout::kLeadingBytes,
                                            S::PtLayout::kStrideBytes);
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) MmaRs<kN, true>::run(o[mt], va[ks][mt], desc, true);
+      for (int mt = 0; mt < 4; ++mt) vxqa::arch::wgmma::MmaRs<kN, true>::run(o[mt], va[ks][mt], desc, true);
     }
     vxqa::arch::wgmma::commit();
     vxqa::arch::wgmma::wait<0>();

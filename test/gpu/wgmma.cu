@@ -1,5 +1,6 @@
 // sm_90a's warpgroup MMA alone (arch/wgmma.cuh), against a CPU product: a 64 x 64 A times a
-// 64 x N B (N 64 or 32) in four k16 steps, A from shared memory or from registers (N 64), B
+// 64 x N B (N 64 or 32; 8, 24 and 48 with A from registers: MmaRs) in four k16 steps, A from
+// shared memory or from registers, B
 // K-major (as a K tile is, for Q·Kᵀ) or MN-major (as a V tile is, for P·V), every operand placed by
 // mma/wgmma_layout.cuh's layouts and fragment tables and every output element read back
 // through them. Shared memory is filled with 0xFF (an fp16 NaN) first and the output
@@ -36,7 +37,6 @@ __global__ void has_wgmma_kernel(int* has) { *has = VXQA_HAS_WGMMA; }
 template <int kN, bool kRegsA, bool kMnB>
 __global__ void wgmma_kernel(const uint16_t* a, const uint16_t* b, float* d, bool swap_b_offsets) {
 #if VXQA_HAS_WGMMA
-  static_assert(kN == 64 || !kRegsA, "wgmma test: A from registers is tested at N 64");
   using BLayout = typename std::conditional<kMnB, wg::MnMajorLayout<kN, kK>, wg::KMajorLayout<kN, kK>>::type;
   __shared__ __align__(128) uint8_t a_tile[ALayout::kBytes];
   __shared__ __align__(128) uint8_t b_tile[BLayout::kBytes];
@@ -69,8 +69,10 @@ __global__ void wgmma_kernel(const uint16_t* a, const uint16_t* b, float* d, boo
     const uint64_t b_desc = wg::descriptor(b_base + BLayout::step_offset(0, step), b_lead, b_stride);
     const uint64_t a_desc =
         wg::descriptor(a_base + ALayout::step_offset(0, step), ALayout::kLeadingBytes, ALayout::kStrideBytes);
-    if constexpr (kRegsA) {
+    if constexpr (kRegsA && kN == 64) {
       vxqa::arch::wgmma::mma_m64n64k16_rs<kMnB>(acc, ra[step], b_desc, step > 0);
+    } else if constexpr (kRegsA) {
+      vxqa::arch::wgmma::MmaRs<kN, kMnB>::run(acc, ra[step], b_desc, step > 0);
     } else if constexpr (kN == 64) {
       vxqa::arch::wgmma::mma_m64n64k16_ss<kMnB>(acc, a_desc, b_desc, step > 0);
     } else {
@@ -178,6 +180,20 @@ TEST_CASE("wgmma: m64n64k16 and m64n32k16 through the layouts and fragment table
     check_product<64, true, true>(seed);
     check_product<32, false, false>(seed);
     check_product<32, false, true>(seed);
+  }
+}
+
+TEST_CASE("wgmma: MmaRs, A from registers, N 8 to 48 (the rows of a tokens-on-M tile), B K- or MN-major",
+          "[wgmma]") {
+  if (!runs_wgmma())
+    return vxqa_test::skip("the warpgroup MMA needs an sm_90 GPU and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES 90a)");
+  for (uint64_t seed : {4u, 5u}) {
+    check_product<8, true, false>(seed);
+    check_product<8, true, true>(seed);
+    check_product<24, true, false>(seed);
+    check_product<24, true, true>(seed);
+    check_product<48, true, false>(seed);
+    check_product<48, true, true>(seed);
   }
 }
 

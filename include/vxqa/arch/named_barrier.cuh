@@ -20,6 +20,18 @@ VXQA_DEVICE void named_barrier_sync(int id, int threads) {
 VXQA_DEVICE void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+
+// named_barrier_sync that also tells every thread whether any of them passed `pred` true
+// (bar.red.or): a vote that costs no barrier of its own where one is needed anyway.
+VXQA_DEVICE bool named_barrier_sync_any(int id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 #endif
 
 }  // namespace arch
