@@ -23,16 +23,8 @@
 
 #include <vxqa/arch/cp_async.cuh>
 
+#include "../examples/gpu_timing.cuh"
 #include "bench_shapes.cuh"
-
-#define CHECK_CUDA(x)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 namespace {
 
@@ -229,8 +221,8 @@ __global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
 template <class T>
 T* upload(const std::vector<T>& h) {
   T* d = nullptr;
-  CHECK_CUDA(cudaMalloc(&d, h.size() * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
+  DEMO_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -257,23 +249,23 @@ int main() {
   a.table = upload(table);
   a.max_pages = max_pages;
   a.lengths = upload(lengths);
-  CHECK_CUDA(cudaMalloc(&a.counter, sizeof(int)));
+  DEMO_CHECK(cudaMalloc(&a.counter, sizeof(int)));
   int sms = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  DEMO_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int max_ctas = 4096;
-  CHECK_CUDA(cudaMalloc(&a.ends, max_ctas * sizeof(unsigned long long)));
-  CHECK_CUDA(cudaMalloc(&a.sink, max_ctas * sizeof(uint32_t)));
+  DEMO_CHECK(cudaMalloc(&a.ends, max_ctas * sizeof(unsigned long long)));
+  DEMO_CHECK(cudaMalloc(&a.sink, max_ctas * sizeof(uint32_t)));
   cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  DEMO_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs; the seed shape's lengths, page 16, D 256: %lld tokens, %.1f MB of K and V\n", prop.name, sms,
               tokens, mbytes);
 
-  CHECK_CUDA(cudaFuncSetAttribute(static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  CHECK_CUDA(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  CHECK_CUDA(cudaFuncSetAttribute(flowing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(flowing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
+  DEMO_CHECK(cudaEventCreate(&e0));
+  DEMO_CHECK(cudaEventCreate(&e1));
   // Median µs of 30 launches, and the last launch's end stamps: median CTA to last.
   enum Kind { kStatic, kDynamic, kFlowing };
   auto measure = [&](const char* what, int unit_tokens, Kind kind) {
@@ -289,11 +281,11 @@ int main() {
     args.unit_tokens = unit_tokens;
     args.unit_begin = upload(unit_begin);
     const int ctas = dynamic ? 2 * sms : chunks * batch;
-    std::vector<float> times;
+    std::vector<double> times;
     for (int r = 0; r < 31; ++r) {
-      CHECK_CUDA(cudaMemset(args.counter, 0, sizeof(int)));
-      CHECK_CUDA(cudaMemset(args.ends, 0, max_ctas * sizeof(unsigned long long)));
-      CHECK_CUDA(cudaEventRecord(e0));
+      DEMO_CHECK(cudaMemset(args.counter, 0, sizeof(int)));
+      DEMO_CHECK(cudaMemset(args.ends, 0, max_ctas * sizeof(unsigned long long)));
+      DEMO_CHECK(cudaEventRecord(e0));
       if (kind == kFlowing) {
         flowing_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else if (kind == kDynamic) {
@@ -301,16 +293,16 @@ int main() {
       } else {
         static_kernel<<<dim3(chunks, batch), kThreads, kSmemBytes>>>(args);
       }
-      CHECK_CUDA(cudaGetLastError());
-      CHECK_CUDA(cudaEventRecord(e1));
-      CHECK_CUDA(cudaEventSynchronize(e1));
+      DEMO_CHECK(cudaGetLastError());
+      DEMO_CHECK(cudaEventRecord(e1));
+      DEMO_CHECK(cudaEventSynchronize(e1));
       float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      if (r > 0) times.push_back(ms * 1000.f);
+      DEMO_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r > 0) times.push_back(ms * 1000.0);
     }
-    std::sort(times.begin(), times.end());
+    const double us = vxqa_demo::median(times);
     std::vector<unsigned long long> ends(ctas);
-    CHECK_CUDA(cudaMemcpy(ends.data(), args.ends, ctas * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    DEMO_CHECK(cudaMemcpy(ends.data(), args.ends, ctas * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     std::vector<unsigned long long> live;
     for (size_t i = 0; i < ends.size(); ++i)
       if (ends[i] != 0) live.push_back(ends[i]);
@@ -319,9 +311,9 @@ int main() {
     const double spread = live.empty() ? 0.0 : double(live.back() - live.front()) / 1e3;
     std::printf("%-8s unit %5d tokens: %5d units, %4d CTAs: %7.2f us (%5.0f GB/s); ends: median to last %5.2f us, "
                 "first to last %5.2f us\n",
-                what, unit_tokens, unit_begin[batch], ctas, times[times.size() / 2],
-                mbytes * 1e3 / times[times.size() / 2], tail, spread);
-    CHECK_CUDA(cudaFree(const_cast<int32_t*>(args.unit_begin)));
+                what, unit_tokens, unit_begin[batch], ctas, us, mbytes * 1e3 / us,
+                tail, spread);
+    DEMO_CHECK(cudaFree(const_cast<int32_t*>(args.unit_begin)));
   };
   for (int unit : {2368, 1216, 608}) measure("static", unit, kStatic);
   for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, kDynamic);

@@ -45,16 +45,8 @@
 #include <vxqa/mma/wgmma_tokens_layout.cuh>
 #include <vxqa/numeric/e5m2.cuh>
 
+#include "../examples/gpu_timing.cuh"
 #include "bench_shapes.cuh"
-
-#define CHECK_CUDA(x)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 namespace {
 
@@ -225,7 +217,7 @@ __device__ void issue_pv(const Args& a, float (&o)[4][32], const uint32_t (&p)[k
   for (int n = 0; n < 4; ++n)
 #pragma unroll
     for (int step = 0; step < kTile / 16; ++step)
-      vxqa::arch::wgmma::mma_m64n64k16_rs<true>(
+      vxqa::arch::wgmma::MmaRs<64, true>::run(
           o[n], p[step], wg::descriptor(v_base + VLayout::step_offset(64 * n, step), a.v_lead, a.v_stride), true);
   vxqa::arch::wgmma::commit();
 }
@@ -845,8 +837,8 @@ struct Device {
 template <class T>
 T* upload(const std::vector<T>& h) {
   T* d = nullptr;
-  CHECK_CUDA(cudaMalloc(&d, h.size() * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  DEMO_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
+  DEMO_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -857,28 +849,15 @@ int chunks_of(const Problem& p, int chunk_tokens) {
   return (max_len + chunk_tokens - 1) / chunk_tokens;
 }
 
-// Times a kernel (median of `reps` launches after one untimed); reps 0: one launch.
+// Times a kernel (median of `reps` launches after one untimed, gpu_timing.cuh); reps 0: one
+// launch.
 float time_kernel(void (*kernel)(Args), const Args& a, dim3 grid, int threads, int smem, int reps, cudaStream_t stream) {
-  CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  DEMO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid, threads, smem, stream>>>(a);
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaStreamSynchronize(stream));
+  DEMO_CHECK(cudaGetLastError());
+  DEMO_CHECK(cudaStreamSynchronize(stream));
   if (reps == 0) return 0.f;
-  std::vector<float> times;
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  for (int r = 0; r < reps; ++r) {
-    CHECK_CUDA(cudaEventRecord(e0, stream));
-    kernel<<<grid, threads, smem, stream>>>(a);
-    CHECK_CUDA(cudaEventRecord(e1, stream));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms * 1000.f);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return float(vxqa_demo::median_us([&] { kernel<<<grid, threads, smem, stream>>>(a); }, stream, reps, 1, 0));
 }
 
 Args args_of(const Problem& p, const Device& d, int chunk_tokens, uint32_t v_lead, uint32_t v_stride) {
@@ -915,8 +894,8 @@ Device to_device(const Problem& p, int chunks) {
   d.table = upload(p.table);
   d.lengths = upload(p.lengths);
   d.q = upload(p.q);
-  CHECK_CUDA(cudaMalloc(&d.o, size_t(p.batch) * chunks * p.rows * kD * sizeof(float)));
-  CHECK_CUDA(cudaMalloc(&d.ml, size_t(p.batch) * chunks * p.rows * 2 * sizeof(float)));
+  DEMO_CHECK(cudaMalloc(&d.o, size_t(p.batch) * chunks * p.rows * kD * sizeof(float)));
+  DEMO_CHECK(cudaMalloc(&d.ml, size_t(p.batch) * chunks * p.rows * 2 * sizeof(float)));
   return d;
 }
 
@@ -933,7 +912,7 @@ bool check_with(const char* name, int rows, Launch launch) {
   Device d = to_device(p, 1);
   launch(p, d, chunk);
   std::vector<float> o(size_t(p.batch) * p.rows * kD);
-  CHECK_CUDA(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  DEMO_CHECK(cudaMemcpy(o.data(), d.o, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0, largest = 0;
   int shown = 0;
   for (int b = 0; b < p.batch; ++b)
@@ -1054,7 +1033,7 @@ int main(int argc, char** argv) {
   tok = check_tokens<2, 48, 3, false>(96) && tok;
   if (only_check) return tok ? 0 : 1;
   cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
+  DEMO_CHECK(cudaStreamCreate(&stream));
   const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);  // the seed shape, page 16
   long long tokens = 0;
   for (int x : lengths) tokens += x;
@@ -1067,33 +1046,34 @@ int main(int argc, char** argv) {
     std::printf("rows %3d, W %d, tile %d, chunk %4d: %7.1f us (%5.0f GB/s); lean softmax: %7.1f us (%5.0f GB/s)\n",
                 rows, w, tile, chunk, us, mbytes * 1e3 / us, us_lean, mbytes * 1e3 / us_lean);
   };
-  auto tokens_line = [&](int rows, const char* what, int chunk, float us) {
-    std::printf("rows %3d, tokens on M, %s, chunk %4d: %7.1f us (%5.0f GB/s)\n", rows, what, chunk, us, mbytes * 1e3 / us);
+  auto tokens_line = [&](const char* what, int chunk, float us) {  // p.rows rows
+    std::printf("rows %3d, tokens on M, %s, chunk %4d: %7.1f us (%5.0f GB/s)\n", p.rows, what, chunk, us,
+                mbytes * 1e3 / us);
   };
   for (int chunk : {1216, 2368}) {
     if (!tok) break;
     p.rows = 6;  // q_len 1 at G 6: against the library's plain kernel on the same card
-    tokens_line(6, "W 1 N 8, 3 stages, V early", chunk, run_tokens<1, 8, 3, true>(p, d, chunk, 30, stream));
-    tokens_line(6, "W 1 N 8, 3 stages, V early, every thread copies", chunk,
+    tokens_line("W 1 N 8, 3 stages, V early", chunk, run_tokens<1, 8, 3, true>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 8, 3 stages, V early, every thread copies", chunk,
                 run_tokens<1, 8, 3, true, false>(p, d, chunk, 30, stream));
     p.rows = 16;
-    tokens_line(16, "W 1 N 16, 3 stages, V early", chunk, run_tokens<1, 16, 3, true>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 16, 3 stages, V early", chunk, run_tokens<1, 16, 3, true>(p, d, chunk, 30, stream));
     p.rows = 24;
-    tokens_line(24, "W 1 N 24, 3 stages", chunk, run_tokens<1, 24, 3, false>(p, d, chunk, 30, stream));
-    tokens_line(24, "W 1 N 24, 3 stages, V early", chunk, run_tokens<1, 24, 3, true>(p, d, chunk, 30, stream));
-    tokens_line(24, "W 1 N 24, 2 stages, V early", chunk, run_tokens<1, 24, 2, true>(p, d, chunk, 30, stream));
-    tokens_line(24, "W 1 N 24, 3 stages, V early, every thread copies", chunk,
+    tokens_line("W 1 N 24, 3 stages", chunk, run_tokens<1, 24, 3, false>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 24, 3 stages, V early", chunk, run_tokens<1, 24, 3, true>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 24, 2 stages, V early", chunk, run_tokens<1, 24, 2, true>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 24, 3 stages, V early, every thread copies", chunk,
                 run_tokens<1, 24, 3, true, false>(p, d, chunk, 30, stream));
     p.rows = 32;
-    tokens_line(32, "W 1 N 32, 3 stages, V early", chunk, run_tokens<1, 32, 3, true>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 32, 3 stages, V early", chunk, run_tokens<1, 32, 3, true>(p, d, chunk, 30, stream));
     p.rows = 48;
-    tokens_line(48, "W 1 N 48, 2 stages", chunk, run_tokens<1, 48, 2, false>(p, d, chunk, 30, stream));
+    tokens_line("W 1 N 48, 2 stages", chunk, run_tokens<1, 48, 2, false>(p, d, chunk, 30, stream));
     p.rows = 64;
-    tokens_line(64, "W 2 N 32, 3 stages", chunk, run_tokens<2, 32, 3, false>(p, d, chunk, 30, stream));
-    tokens_line(64, "W 2 N 32, 3 stages, every thread copies", chunk, run_tokens<2, 32, 3, false, false>(p, d, chunk, 30, stream));
+    tokens_line("W 2 N 32, 3 stages", chunk, run_tokens<2, 32, 3, false>(p, d, chunk, 30, stream));
+    tokens_line("W 2 N 32, 3 stages, every thread copies", chunk, run_tokens<2, 32, 3, false, false>(p, d, chunk, 30, stream));
     p.rows = 96;
-    tokens_line(96, "W 2 N 48, 3 stages", chunk, run_tokens<2, 48, 3, false>(p, d, chunk, 30, stream));
-    tokens_line(96, "W 2 N 48, 3 stages, every thread copies", chunk, run_tokens<2, 48, 3, false, false>(p, d, chunk, 30, stream));
+    tokens_line("W 2 N 48, 3 stages", chunk, run_tokens<2, 48, 3, false>(p, d, chunk, 30, stream));
+    tokens_line("W 2 N 48, 3 stages, every thread copies", chunk, run_tokens<2, 48, 3, false, false>(p, d, chunk, 30, stream));
   }
   if (only_tokens) {
     release(d);

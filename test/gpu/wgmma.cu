@@ -69,9 +69,7 @@ __global__ void wgmma_kernel(const uint16_t* a, const uint16_t* b, float* d, boo
     const uint64_t b_desc = wg::descriptor(b_base + BLayout::step_offset(0, step), b_lead, b_stride);
     const uint64_t a_desc =
         wg::descriptor(a_base + ALayout::step_offset(0, step), ALayout::kLeadingBytes, ALayout::kStrideBytes);
-    if constexpr (kRegsA && kN == 64) {
-      vxqa::arch::wgmma::mma_m64n64k16_rs<kMnB>(acc, ra[step], b_desc, step > 0);
-    } else if constexpr (kRegsA) {
+    if constexpr (kRegsA) {
       vxqa::arch::wgmma::MmaRs<kN, kMnB>::run(acc, ra[step], b_desc, step > 0);
     } else if constexpr (kN == 64) {
       vxqa::arch::wgmma::mma_m64n64k16_ss<kMnB>(acc, a_desc, b_desc, step > 0);

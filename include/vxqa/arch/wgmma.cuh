@@ -1,7 +1,7 @@
 // vxqa/arch/wgmma.cuh — sm_90a's warpgroup MMA: the 128 threads of a warpgroup (4 whole,
 // consecutive warps, the first a multiple of 4) multiply a 64 x 16 A by a 16 x N B (N 64 or
-// 32; with A in registers also 8 to 64 in steps of 8: MmaRs) into 64 x N f32 accumulators,
-// f16 inputs, asynchronously. B is read from shared memory
+// 32 with A from shared memory; 8 to 64 in steps of 8 with A in registers: MmaRs) into
+// 64 x N f32 accumulators, f16 inputs, asynchronously. B is read from shared memory
 // through a descriptor, A from shared memory too or from registers (mma/wgmma_layout.cuh:
 // the layouts, the descriptor, which thread holds which element).
 //
@@ -70,21 +70,6 @@ VXQA_DEVICE void mma_m64n32k16_ss(float (&d)[16], uint64_t a_desc, uint64_t b_de
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
 }
-
-// The same with A in registers: four f16x2 words a thread (mma/wgmma_layout.cuh, a_row/a_col).
-template <bool kTransposeB>
-VXQA_DEVICE void mma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransposeB)));
-}
-
 
 // d (+)= A·B, m64nNk16 with A in registers (four f16x2 words a thread: mma/wgmma_layout.cuh,
 // a_row/a_col) and B from shared memory; N 8 to 64 in steps of 8 (the rows of a tokens-on-M
