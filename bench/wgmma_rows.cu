@@ -533,8 +533,9 @@ __global__ void __launch_bounds__(128 * W + (kProducer ? 32 : 0), kProducer ? 1 
   uint8_t* pt_buffers = smem + S::kPt + group * 2 * S::PtLayout::kBytes;  // two: a tile's and the next's
   float* red = reinterpret_cast<float*>(smem + S::kRed) + group * 4 * kN;
 
-  // Q^T of this warpgroup's rows, dims in the decode's order; rows past a.rows zero.
-  for (int i = wg_t; i < kN * kD; i += 128) {
+  // Q^T of this warpgroup's rows, dims in the decode's order; rows past a.rows zero. (Not
+  // the producer warp: its group is past the warpgroups' buffers.)
+  for (int i = wg_t; t < kThreads && i < kN * kD; i += 128) {
     const int n = i / kD, k = i % kD, row = row0 + n;
     const uint16_t x = row < a.rows ? a.q[(int64_t(seq) * a.rows + row) * kD + TokensLayout::qk_dim(k)] : uint16_t(0);
     *reinterpret_cast<uint16_t*>(qt + S::QtLayout::offset(n, k)) = x;
