@@ -9,7 +9,10 @@
 //   flowing  the same, with the copies running on across units and each unit claimed one
 //            unit ahead.
 // The units' positions are fixed, so what a unit computes would not depend on which CTA took
-// it: the partials stay bitwise the same. Prints kernel µs (median of 30 launches, CUDA events;
+// it: the partials stay bitwise the same. A unit's sequence is found by a scan of the units'
+// starts; kSharedIndex (the default) scans a copy in shared memory each CTA loads once, where
+// the first version scanned global memory, one dependent load a sequence (up to 16 round
+// trips before a unit's first copy): "dynamic, global scan" keeps that one as the control. Prints kernel µs (median of 30 launches, CUDA events;
 // the counter is zeroed before each, outside the events) and, from each CTA's globaltimer
 // stamp at its end, the gap from the median CTA's end to the last one's.
 //
@@ -98,6 +101,33 @@ __device__ uint32_t stream_unit(const Args& a, int seq, int begin, int end, uint
 #endif
 }
 
+// Where unit u lies: its sequence and token range. kShared: the units' starts and the
+// lengths copied into shared memory once a CTA (load() by every thread, then a barrier), so
+// that a lookup is a scan of shared memory; else a scan of global memory, a dependent load a
+// sequence.
+constexpr int kMaxBatch = 64;
+template <bool kShared>
+struct UnitIndex {
+  int unit_begin[kShared ? kMaxBatch + 1 : 1];
+  int lengths[kShared ? kMaxBatch : 1];
+  __device__ void load(const Args& a, int batch) {
+    if constexpr (kShared) {
+      for (int i = threadIdx.x; i <= batch; i += blockDim.x) {
+        unit_begin[i] = a.unit_begin[i];
+        if (i < batch) lengths[i] = a.lengths[i];
+      }
+      __syncthreads();
+    }
+  }
+  __device__ void locate(const Args& a, int u, int& seq, int& begin, int& end) const {
+    const int* starts = kShared ? unit_begin : a.unit_begin;
+    seq = 0;
+    while (starts[seq + 1] <= u) ++seq;
+    begin = (u - starts[seq]) * a.unit_tokens;
+    end = min(kShared ? lengths[seq] : a.lengths[seq], begin + a.unit_tokens);
+  }
+};
+
 // Flowing: the same units, but the CTA's copies run on across them. Batches of up to 4 pages
 // of one unit; the next batch is in flight while the last is read, whichever unit it is
 // from, and a unit is claimed one unit ahead (thread 0 reads the counter's answer a unit
@@ -107,7 +137,7 @@ struct Batch {
   int seq, page, count;  // pages [page, page + count) of sequence seq; count 0: none left
 };
 
-__device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& claimed) {
+__device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& claimed, const UnitIndex<true>& index) {
 #if VXQA_HAS_CP_ASYNC
   constexpr int kPerThread = kTileBytes / 16 / kThreads;
   constexpr int kPages = 4;
@@ -126,10 +156,8 @@ __device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& c
       if (u >= total) {
         done = true;
       } else {
-        seq = 0;
-        while (a.unit_begin[seq + 1] <= u) ++seq;
-        const int begin = (u - a.unit_begin[seq]) * a.unit_tokens;
-        const int end = min(a.lengths[seq], begin + a.unit_tokens);
+        int begin = 0, end = 0;
+        index.locate(a, u, seq, begin, end);
         page = begin / kPage;
         end_page = (end + kPage - 1) / kPage;
       }
@@ -192,9 +220,12 @@ __global__ void __launch_bounds__(kThreads) static_kernel(Args a) {
 }
 
 // grid (CTAs): each takes units until none is left.
+template <bool kSharedIndex>
 __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
   extern __shared__ uint4 smem[];
   __shared__ int unit;
+  __shared__ UnitIndex<kSharedIndex> index;
+  index.load(a, batch);
   uint32_t x = 0;
   for (;;) {
     if (threadIdx.x == 0) unit = atomicAdd(a.counter, 1);
@@ -202,10 +233,9 @@ __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
     const int u = unit;
     __syncthreads();
     if (u >= a.unit_begin[batch]) break;
-    int seq = 0;
-    while (a.unit_begin[seq + 1] <= u) ++seq;
-    const int begin = (u - a.unit_begin[seq]) * a.unit_tokens;
-    x ^= stream_unit(a, seq, begin, min(a.lengths[seq], begin + a.unit_tokens), smem);
+    int seq = 0, begin = 0, end = 0;
+    index.locate(a, u, seq, begin, end);
+    x ^= stream_unit(a, seq, begin, end, smem);
   }
   finish(a, blockIdx.x, x, true);
 }
@@ -214,7 +244,9 @@ __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
 __global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
   extern __shared__ uint4 smem[];
   __shared__ int claimed;
-  const uint32_t x = stream_flowing(a, batch, smem, claimed);
+  __shared__ UnitIndex<true> index;
+  index.load(a, batch);
+  const uint32_t x = stream_flowing(a, batch, smem, claimed, index);
   finish(a, blockIdx.x, x, true);
 }
 
@@ -231,6 +263,10 @@ T* upload(const std::vector<T>& h) {
 int main() {
   const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);
   const int batch = int(lengths.size());
+  if (batch > kMaxBatch) {
+    std::fprintf(stderr, "stream_tail: %d sequences, the units' index holds %d\n", batch, kMaxBatch);
+    return 1;
+  }
   const int max_len = *std::max_element(lengths.begin(), lengths.end());
   const int max_pages = (max_len + kPage - 1) / kPage;
   long long tokens = 0;
@@ -261,13 +297,14 @@ int main() {
               tokens, mbytes);
 
   DEMO_CHECK(cudaFuncSetAttribute(static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(dynamic_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(dynamic_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   DEMO_CHECK(cudaFuncSetAttribute(flowing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaEvent_t e0, e1;
   DEMO_CHECK(cudaEventCreate(&e0));
   DEMO_CHECK(cudaEventCreate(&e1));
   // Median µs of 30 launches, and the last launch's end stamps: median CTA to last.
-  enum Kind { kStatic, kDynamic, kFlowing };
+  enum Kind { kStatic, kDynamic, kDynamicGlobalScan, kFlowing };
   auto measure = [&](const char* what, int unit_tokens, Kind kind) {
     const bool dynamic = kind != kStatic;
     std::vector<int32_t> unit_begin(batch + 1, 0);
@@ -289,7 +326,9 @@ int main() {
       if (kind == kFlowing) {
         flowing_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else if (kind == kDynamic) {
-        dynamic_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
+        dynamic_kernel<true><<<ctas, kThreads, kSmemBytes>>>(args, batch);
+      } else if (kind == kDynamicGlobalScan) {
+        dynamic_kernel<false><<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else {
         static_kernel<<<dim3(chunks, batch), kThreads, kSmemBytes>>>(args);
       }
@@ -309,13 +348,14 @@ int main() {
     std::sort(live.begin(), live.end());
     const double tail = live.empty() ? 0.0 : double(live.back() - live[live.size() / 2]) / 1e3;
     const double spread = live.empty() ? 0.0 : double(live.back() - live.front()) / 1e3;
-    std::printf("%-8s unit %5d tokens: %5d units, %4d CTAs: %7.2f us (%5.0f GB/s); ends: median to last %5.2f us, "
+    std::printf("%-20s unit %5d tokens: %5d units, %4d CTAs: %7.2f us (%5.0f GB/s); ends: median to last %5.2f us, "
                 "first to last %5.2f us\n",
                 what, unit_tokens, unit_begin[batch], ctas, us, mbytes * 1e3 / us,
                 tail, spread);
     DEMO_CHECK(cudaFree(const_cast<int32_t*>(args.unit_begin)));
   };
   for (int unit : {2368, 1216, 608}) measure("static", unit, kStatic);
+  for (int unit : {1216, 304, 80}) measure("dynamic, global scan", unit, kDynamicGlobalScan);
   for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, kDynamic);
   for (int unit : {1216, 608, 304, 160, 80}) measure("flowing", unit, kFlowing);
   return 0;
