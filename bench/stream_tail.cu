@@ -119,6 +119,7 @@ struct UnitIndex {
       __syncthreads();
     }
   }
+  __device__ int units(const Args& a, int batch) const { return kShared ? unit_begin[batch] : a.unit_begin[batch]; }
   __device__ void locate(const Args& a, int u, int& seq, int& begin, int& end) const {
     const int* starts = kShared ? unit_begin : a.unit_begin;
     seq = 0;
@@ -142,7 +143,7 @@ __device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& c
   constexpr int kPerThread = kTileBytes / 16 / kThreads;
   constexpr int kPages = 4;
   constexpr int kBatch = kPages * 2 * kPerThread * kThreads;  // uint4 a batch
-  const int total = a.unit_begin[batch];
+  const int total = index.units(a, batch);
   int pending = 0;  // thread 0: the counter's answer to the claim made a unit ago
   if (threadIdx.x == 0) pending = atomicAdd(a.counter, 1);
   int seq = 0, page = 0, end_page = 0;
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
     __syncthreads();
     const int u = unit;
     __syncthreads();
-    if (u >= a.unit_begin[batch]) break;
+    if (u >= index.units(a, batch)) break;
     int seq = 0, begin = 0, end = 0;
     index.locate(a, u, seq, begin, end);
     x ^= stream_unit(a, seq, begin, end, smem);
@@ -248,14 +249,6 @@ __global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
   index.load(a, batch);
   const uint32_t x = stream_flowing(a, batch, smem, claimed, index);
   finish(a, blockIdx.x, x, true);
-}
-
-template <class T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  DEMO_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-  DEMO_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
 }
 
 }  // namespace
@@ -280,11 +273,11 @@ int main() {
   std::vector<uint32_t> codes(table.size() * kTileBytes / 4);
   for (auto& w : codes) w = uint32_t(rng()) | 0x01010101u;  // no zero word: the sink's test stays false
   Args a{};
-  a.k = reinterpret_cast<const uint4*>(upload(codes));
-  a.v = reinterpret_cast<const uint4*>(upload(codes));
-  a.table = upload(table);
+  a.k = reinterpret_cast<const uint4*>(vxqa_demo::upload(codes));
+  a.v = reinterpret_cast<const uint4*>(vxqa_demo::upload(codes));
+  a.table = vxqa_demo::upload(table);
   a.max_pages = max_pages;
-  a.lengths = upload(lengths);
+  a.lengths = vxqa_demo::upload(lengths);
   DEMO_CHECK(cudaMalloc(&a.counter, sizeof(int)));
   int sms = 0;
   DEMO_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -316,7 +309,7 @@ int main() {
     }
     Args args = a;
     args.unit_tokens = unit_tokens;
-    args.unit_begin = upload(unit_begin);
+    args.unit_begin = vxqa_demo::upload(unit_begin);
     const int ctas = dynamic ? 2 * sms : chunks * batch;
     std::vector<double> times;
     for (int r = 0; r < 31; ++r) {

@@ -835,14 +835,6 @@ struct Device {
   float *o = nullptr, *ml = nullptr;
 };
 
-template <class T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  DEMO_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-  DEMO_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 bool g_swap_v = false;  // V's leading and stride offsets exchanged
 
 int chunks_of(const Problem& p, int chunk_tokens) {
@@ -890,11 +882,11 @@ float run_tokens(const Problem& p, const Device& d, int chunk_tokens, int reps, 
 
 Device to_device(const Problem& p, int chunks) {
   Device d;
-  d.k = upload(p.k);
-  d.v = upload(p.v);
-  d.table = upload(p.table);
-  d.lengths = upload(p.lengths);
-  d.q = upload(p.q);
+  d.k = vxqa_demo::upload(p.k);
+  d.v = vxqa_demo::upload(p.v);
+  d.table = vxqa_demo::upload(p.table);
+  d.lengths = vxqa_demo::upload(p.lengths);
+  d.q = vxqa_demo::upload(p.q);
   DEMO_CHECK(cudaMalloc(&d.o, size_t(p.batch) * chunks * p.rows * kD * sizeof(float)));
   DEMO_CHECK(cudaMalloc(&d.ml, size_t(p.batch) * chunks * p.rows * 2 * sizeof(float)));
   return d;

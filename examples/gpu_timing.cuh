@@ -1,4 +1,5 @@
-// Timing helpers shared by the demo and the benchmark: CUDA events, medians, and the copy
+// Helpers shared by the demo and the benchmarks: device copies of host vectors, CUDA events,
+// medians, and the copy
 // bandwidth of the same GPU measured in the same run (the ceiling every number is read
 // against).
 #pragma once
@@ -20,6 +21,15 @@
   } while (0)
 
 namespace vxqa_demo {
+
+// A device copy of a host vector (cudaMalloc, then a copy; the caller frees it).
+template <class T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  DEMO_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
+  DEMO_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
