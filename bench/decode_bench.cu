@@ -71,6 +71,13 @@ std::string config_name() {
 
 using vxqa_bench::Shape;
 
+// Head dim 512 (two warps share each tile) against 256 over the same bytes, with 132 CTAs at
+// both (one a SM at 512, two at 256): --formats' last rows, and --profile --equal-bytes.
+using E5m2D512 = vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>;
+using E5m2D512ThreeStages = vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>;
+const Shape kD512FullWave{"D512 G8 B12 x 11K, page 16", 12, 11264, 16, 8, 1, false};
+const Shape kD256FullWave{"D256 G8 B12 x 22K, page 16", 12, 22528, 16, 8, 1, false};
+
 // A step's attention variant values (all off: plain attention). A window plans its chunks
 // over the window (make_decode_plan's max_window), and its bytes are the keys it reads.
 struct VariantValues {
@@ -348,6 +355,7 @@ int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", label = "vxqa decode", mode = "shapes";
   int shape_arg = -1;  // --shape N: --profile's shape (default 0), --experiment's sweep (default all)
   int q_len_arg = -1;  // --q-len Q: --profile's query tokens a sequence (default 1), --queries' only q_len
+  int equal_bytes = 0;  // --equal-bytes 256|512: --profile's head dim of the formats' B12 pair (for ncu)
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const bool has_value = i + 1 < argc;
@@ -359,6 +367,7 @@ int main(int argc, char** argv) {
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
     else if (k == "--q-len" && has_value) q_len_arg = std::atoi(argv[++i]);
+    else if (k == "--equal-bytes" && has_value) equal_bytes = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "decode_bench: unknown argument %s\n", k.c_str());
       return 2;
@@ -512,14 +521,9 @@ int main(int argc, char** argv) {
     // flight an SM. (2 warps take three stages already: 100 KB, two CTAs an SM.)
     results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
         d512, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
-    // B16 x 8K's 128 one-CTA-an-SM chunks leave 4 of 132 SMs idle; B12 x 11K against B12 x
-    // 22K fills 132 SMs at both head dims (one CTA an SM at 512, two at 256).
-    static const Shape d512_full{"D512 G8 B12 x 11K, page 16", 12, 11264, 16, 8, 1, false};
-    static const Shape d256_full{"D256 G8 B12 x 22K, page 16", 12, 22528, 16, 8, 1, false};
-    results.push_back(run_shape<E5m2>(d256_full, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
-    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>>(d512_full, stream, sms, l2, copy, 0, "E5M2"));
-    results.push_back(run_shape<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2, vxqa::opt::AsyncStages<3>>>(
-        d512_full, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
+    results.push_back(run_shape<E5m2>(kD256FullWave, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
+    results.push_back(run_shape<E5m2D512>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2"));
+    results.push_back(run_shape<E5m2D512ThreeStages>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     static constexpr int kQueryLens[] = {1, 2, 4, 8, 16};
     if ((shape_arg >= 0 && shape_arg != 0 && shape_arg != 3) ||
@@ -565,12 +569,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decode_bench: --shape must be 0..%d\n", vxqa_bench::kShapeCount - 1);
       return 2;
     }
+    if (equal_bytes != 0 && equal_bytes != 256 && equal_bytes != 512) {
+      std::fprintf(stderr, "decode_bench: --equal-bytes must be 256 or 512\n");
+      return 2;
+    }
     const int q_len = q_len_arg < 0 ? 1 : q_len_arg;
     if (q_len < 1 || q_len > 16) {
       std::fprintf(stderr, "decode_bench: --q-len must be 1..16\n");
       return 2;
     }
-    if (q_len == 1) {
+    if (equal_bytes == 256) {
+      results.push_back(run_shape<E5m2>(kD256FullWave, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
+    } else if (equal_bytes == 512) {
+      results.push_back(run_shape<E5m2D512>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2"));
+      results.push_back(run_shape<E5m2D512ThreeStages>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
+    } else if (q_len == 1) {
       results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
     } else {
       results.push_back(run_shape<Multi>(shapes[profile_shape], stream, sms, l2, copy, 0, "multi-token, 8 warps", false,

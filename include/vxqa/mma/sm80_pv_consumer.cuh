@@ -100,7 +100,7 @@ struct Sm80PvConsumer {
     return found;
   }
 
- private:
+  // The pieces of run, for a loop that feeds one A fragment to several N tiles of rows.
   static constexpr int kMTilesPerWord = kFp8 ? 2 : 1;  // a word of four codes feeds two m-tiles
 
   // Read v of the lane's span from its four token rows, as stored: w[token row j][word].
