@@ -1,10 +1,11 @@
 // dims_split_rows: a multi-token CTA body on mma.m16n8k16 where a stream's warps split the
-// head dims instead of the rows (docs/performance.md, "Rows on N tiles, head dims split
-// between warps"). A measurement before the library's SM80 body changes, on the harness of
+// head dims instead of the rows (docs/performance.md, "Handed-out units with a shared index,
+// head dims split between warps, …": no faster than the library's 6-warp multi-token
+// Config at q_len 4, so not built into it). A measurement, on the harness of
 // rows_prototype.cuh (plain attention, E5M2 pages of 16, D 256, every key visible to every
 // row, split-KV partials written, no combine).
 //
-// dims_kernel<W, NT, S, Stages>: a CTA of S streams of W warps, one (sequence, chunk). Stream
+// dims_kernel<W, NT, S, Stages, Lazy>: a CTA of S streams of W warps, one (sequence, chunk). Stream
 // s takes the chunk's 16-token tiles s, s + S, ...; warp w of a stream owns head dims
 // [w · 256 / W, (w + 1) · 256 / W) of K, V and O, for all 8 · NT rows:
 //   copies     its slice of each tile's K and V rows, cp.async into its own ring of Stages
@@ -16,7 +17,8 @@
 //   softmax    on all rows, in every warp (the same values: the same m, l, P);
 //   PV         Oᵀ of its slice for all rows, each V A-fragment decoded once, NT MMAs.
 // So each KV byte is decoded once whatever the rows, and a tile's dependent chain is one
-// slice long. The streams merge at the end through shared memory.
+// slice long. The streams merge at the end through shared memory. Lazy: O's rescale skipped
+// where no row's max moved (a warp vote a tile).
 //
 //   vxqa_dims_split_rows [--check]
 // Prints one line a configuration: µs (median of 30 launches, CUDA events), GB/s of K and V.
@@ -57,7 +59,7 @@ struct DimsShape {
   static constexpr int kThreads = 32 * W * S;
 };
 
-template <int W, int NT, int S, int kStages>
+template <int W, int NT, int S, int kStages, bool kLazy>
 __global__ void __launch_bounds__(32 * W * S) dims_kernel(Args a) {
 #if VXQA_HAS_MMA_M16N8K16 && VXQA_HAS_MOVMATRIX
   using Shape = DimsShape<W, NT, S, kStages>;
@@ -175,6 +177,7 @@ __global__ void __launch_bounds__(32 * W * S) dims_kernel(Args a) {
     for (int nt = 0; nt < NT; ++nt) {
       float alpha[2];
       vxqa::softmax::register_softmax_step(st[nt], s[nt], p[nt], alpha);
+      if (kLazy && __all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) continue;  // no max moved
 #pragma unroll
       for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -264,34 +267,35 @@ __global__ void __launch_bounds__(32 * W * S) dims_kernel(Args a) {
 #endif
 }
 
-template <int W, int NT, int S, int kStages>
+template <int W, int NT, int S, int kStages, bool kLazy = true>
 float run(const Problem& p, const Device& d, int chunk_tokens, int reps, cudaStream_t stream) {
   using Shape = DimsShape<W, NT, S, kStages>;
   const Args a{d.k, d.v, d.table, p.pages_per_seq, d.lengths, d.q, p.rows, chunk_tokens, chunks_of(p, chunk_tokens),
                1.f / 16.f * 1.4426950408889634f, 0, 0, d.o, d.ml};
-  return time_kernel(dims_kernel<W, NT, S, kStages>, a, dim3(a.chunks, p.batch), Shape::kThreads, Shape::kBytes, reps,
+  return time_kernel(dims_kernel<W, NT, S, kStages, kLazy>, a, dim3(a.chunks, p.batch), Shape::kThreads, Shape::kBytes, reps,
                      stream);
 }
 
-template <int W, int NT, int S, int kStages>
+template <int W, int NT, int S, int kStages, bool kLazy = true>
 bool check(int rows) {
-  char name[96];
-  std::snprintf(name, sizeof name, "dims split W %d, %d N tiles, %d streams, %d stages", W, NT, S, kStages);
+  char name[112];
+  std::snprintf(name, sizeof name, "dims split W %d, %d N tiles, %d streams, %d stages%s", W, NT, S, kStages,
+                kLazy ? ", lazy rescale" : "");
   return check_with(name, rows, [](const Problem& p, const Device& d, int chunk) {
-    run<W, NT, S, kStages>(p, d, chunk, 0, 0);
+    run<W, NT, S, kStages, kLazy>(p, d, chunk, 0, 0);
   });
 }
 
-template <int W, int NT, int S, int kStages>
+template <int W, int NT, int S, int kStages, bool kLazy = true>
 void line(Problem& p, const Device& d, int rows, int chunk, double mbytes, cudaStream_t stream) {
   p.rows = rows;
-  const float us = run<W, NT, S, kStages>(p, d, chunk, 30, stream);
+  const float us = run<W, NT, S, kStages, kLazy>(p, d, chunk, 30, stream);
   int ctas_per_sm = 0;
-  DEMO_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, dims_kernel<W, NT, S, kStages>,
+  DEMO_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, dims_kernel<W, NT, S, kStages, kLazy>,
                                                            DimsShape<W, NT, S, kStages>::kThreads,
                                                            DimsShape<W, NT, S, kStages>::kBytes));
-  std::printf("rows %3d, W %d, %d N tiles, %d streams, %d stages, chunk %4d (%d CTAs an SM, %d B): %7.1f us (%5.0f GB/s)\n",
-              rows, W, NT, S, kStages, chunk, ctas_per_sm, DimsShape<W, NT, S, kStages>::kBytes, us, mbytes * 1e3 / us);
+  std::printf("rows %3d, W %d, %d N tiles, %d streams, %d stages%s, chunk %4d (%d CTAs an SM, %d B): %7.1f us (%5.0f GB/s)\n",
+              rows, W, NT, S, kStages, kLazy ? ", lazy" : "", chunk, ctas_per_sm, DimsShape<W, NT, S, kStages>::kBytes, us, mbytes * 1e3 / us);
 }
 
 }  // namespace
@@ -303,6 +307,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   bool ok = check<4, 1, 2, 4>(6);
+  ok = check<4, 3, 2, 4, false>(24) && ok;
   ok = check<4, 3, 2, 4>(24) && ok;
   ok = check<4, 3, 1, 4>(20) && ok;  // padded rows, one stream
   ok = check<2, 3, 2, 4>(24) && ok;
@@ -324,10 +329,13 @@ int main(int argc, char** argv) {
     line<4, 1, 1, 4>(p, d, 6, chunk, mbytes, stream);
     line<2, 1, 2, 4>(p, d, 6, chunk, mbytes, stream);
     line<4, 3, 2, 4>(p, d, 24, chunk, mbytes, stream);  // q_len 4 at G 6
+    line<4, 3, 2, 4, false>(p, d, 24, chunk, mbytes, stream);
     line<4, 3, 1, 4>(p, d, 24, chunk, mbytes, stream);
     line<4, 3, 2, 6>(p, d, 24, chunk, mbytes, stream);
     line<2, 3, 2, 4>(p, d, 24, chunk, mbytes, stream);
     line<2, 3, 1, 4>(p, d, 24, chunk, mbytes, stream);
+    line<2, 3, 1, 4, false>(p, d, 24, chunk, mbytes, stream);
+    line<2, 3, 1, 6>(p, d, 24, chunk, mbytes, stream);
     line<4, 6, 2, 3>(p, d, 48, chunk, mbytes, stream);
     line<4, 8, 1, 4>(p, d, 64, chunk, mbytes, stream);  // q_len 16 at G 4, or 64 rows
   }
