@@ -9,7 +9,16 @@
 //   flowing  the same, with the copies running on across units and each unit claimed one
 //            unit ahead.
 // The units' positions are fixed, so what a unit computes would not depend on which CTA took
-// it: the partials stay bitwise the same. A unit's sequence is found by a scan of the units'
+// it: the partials stay bitwise the same.
+// Then, on the static chunks, what merging a step's partials costs (issue 22's one kernel a
+// step): each CTA writes a partial as the decode kernel does (6 rows x 256 fp32, and m, l a
+// row), merged three ways:
+//   combine  a second kernel, one CTA a (sequence, row), a thread a dim (as the library's);
+//   last     the sequence's last CTA to take a ticket merges every chunk of it;
+//   slices   every CTA of a sequence takes a ticket, waits until the sequence's tickets are
+//            all taken (the grid is one wave: every CTA is resident), then merges its slice
+//            of the rows' dims, so the merge is spread over the sequence's CTAs.
+// All three fold the chunks in index order: their outputs must agree bit for bit. A unit's sequence is found by a scan of the units'
 // starts; kSharedIndex (the default) scans a copy in shared memory each CTA loads once, where
 // the first version scanned global memory, one dependent load a sequence (up to 16 round
 // trips before a unit's first copy): "dynamic, global scan" keeps that one as the control. Prints kernel µs (median of 30 launches, CUDA events;
@@ -20,7 +29,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -46,7 +57,17 @@ struct Args {
   int* counter;              // dynamic: the next unit
   unsigned long long* ends;  // [CTAs]: globaltimer at the CTA's end
   uint32_t* sink;            // [CTAs]: the XOR of every word read, so that no load is dropped
+  // The merge (static chunks only): partials [batch][chunks][kRows][kD] and [..][kRows][2]
+  // (m, l), a ticket and a done count a sequence (zero between steps), the merged rows.
+  float* partial_o;
+  float* partial_ml;
+  int* tickets;
+  int* done;
+  float* out;  // [batch][kRows][kD]
+  int chunks;  // gridDim.x of the static launch
 };
+
+constexpr int kRows = 6;  // the seed shape's group
 
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
@@ -220,6 +241,101 @@ __global__ void __launch_bounds__(kThreads) static_kernel(Args a) {
   finish(a, blockIdx.y * gridDim.x + blockIdx.x, x, begin < end);
 }
 
+enum class Merge { kNone, kCombine, kLast, kSlices };
+
+// This CTA's partial: made-up rows that depend on every word read (x), and a made-up (m, l).
+__device__ void write_partial(const Args& a, int seq, int chunk, uint32_t x) {
+  const int64_t slot = int64_t(seq) * a.chunks + chunk;
+  for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x)
+    a.partial_o[slot * kRows * kD + i] = float((x >> (i & 15)) & 0xFFu) * (1.f / 256.f) + float(i & 7);
+  if (threadIdx.x < kRows)
+    reinterpret_cast<float2*>(a.partial_ml)[slot * kRows + threadIdx.x] =
+        make_float2(float((chunk + threadIdx.x) % 5), 1.f + float(chunk));
+}
+
+// Outputs [first, end) of sequence seq's kRows x kD, each the chunks' rows in index order
+// weighted by 2^(m - max) over the weighted sum of l. As the library's combine: each row's
+// weights worked out once into shared memory, then a thread's loads of its outputs all
+// independent. Reads bypass L1 (other SMs wrote them). Every thread of the CTA calls it.
+constexpr int kMaxChunks = 32;
+__device__ void merge_outputs(const Args& a, int seq, int n, int first, int end) {
+  __shared__ float weight[kRows][kMaxChunks], sum_l[kRows][kMaxChunks];
+  const int64_t base = int64_t(seq) * a.chunks;
+  const int row0 = first / kD, rows = (end - 1) / kD - row0 + 1;
+  for (int i = threadIdx.x; i < rows * n; i += blockDim.x) {  // the (m, l) of the rows touched
+    const int r = row0 + i / n, c = i % n;
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + (base + c) * kRows + r);
+    weight[r][c] = ml.x;
+    sum_l[r][c] = ml.y;
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {  // a thread a row: m's max, then the weights over their sum
+    const int r = row0 + threadIdx.x;
+    float mx = -INFINITY, sum = 0.f;
+    for (int c = 0; c < n; ++c) mx = fmaxf(mx, weight[r][c]);
+    for (int c = 0; c < n; ++c) {
+      weight[r][c] = exp2f(weight[r][c] - mx);
+      sum += sum_l[r][c] * weight[r][c];
+    }
+    for (int c = 0; c < n; ++c) weight[r][c] /= sum;
+  }
+  __syncthreads();
+  for (int i = first + int(threadIdx.x); i < end; i += blockDim.x) {
+    const int row = i / kD;
+    float acc = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < n; ++c) acc += __ldcg(a.partial_o + (base + c) * kRows * kD + i) * weight[row][c];
+    a.out[int64_t(seq) * kRows * kD + i] = acc;
+  }
+}
+
+__device__ int chunks_of_sequence(const Args& a, int seq) { return (a.lengths[seq] + a.unit_tokens - 1) / a.unit_tokens; }
+
+// grid (chunks, batch): static_kernel's copies, then the partial and its merge.
+template <Merge kMerge>
+__global__ void __launch_bounds__(kThreads) static_merge_kernel(Args a) {
+  extern __shared__ uint4 smem[];
+  __shared__ int ticket;
+  const int seq = blockIdx.y, chunk = blockIdx.x, begin = chunk * a.unit_tokens;
+  const int end = min(a.lengths[seq], begin + a.unit_tokens);
+  if (begin >= end) return;
+  const uint32_t x = stream_unit(a, seq, begin, end, smem);
+  write_partial(a, seq, chunk, x);
+  if constexpr (kMerge == Merge::kLast || kMerge == Merge::kSlices) {
+    __syncthreads();  // every thread's partial stores, before thread 0's fence and ticket
+    const int n = chunks_of_sequence(a, seq);
+    if (threadIdx.x == 0) {
+      __threadfence();
+      ticket = atomicAdd(a.tickets + seq, 1);
+      if constexpr (kMerge == Merge::kSlices) {  // wait for every chunk's ticket
+        while (atomicAdd(a.tickets + seq, 0) < n) __nanosleep(64);
+        __threadfence();
+      } else if (ticket == n - 1) {
+        a.tickets[seq] = 0;  // the step's last user of the ticket: ready for the next step
+        __threadfence();
+      }
+    }
+    __syncthreads();
+    if constexpr (kMerge == Merge::kLast) {
+      if (ticket == n - 1) merge_outputs(a, seq, n, 0, kRows * kD);
+    } else {
+      const int slice = (kRows * kD + n - 1) / n;
+      merge_outputs(a, seq, n, chunk * slice, min(kRows * kD, (chunk + 1) * slice));
+      __syncthreads();
+      if (threadIdx.x == 0 && atomicAdd(a.done + seq, 1) == n - 1) {  // everyone is past the wait
+        a.tickets[seq] = 0;
+        a.done[seq] = 0;
+      }
+    }
+  }
+}
+
+// grid (batch, kRows), a thread a dim: the second kernel of Merge::kCombine.
+__global__ void __launch_bounds__(kD) combine_kernel(Args a) {
+  const int seq = blockIdx.x, row = blockIdx.y;
+  merge_outputs(a, seq, chunks_of_sequence(a, seq), row * kD, (row + 1) * kD);
+}
+
 // grid (CTAs): each takes units until none is left.
 template <bool kSharedIndex>
 __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
@@ -249,6 +365,83 @@ __global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
   index.load(a, batch);
   const uint32_t x = stream_flowing(a, batch, smem, claimed, index);
   finish(a, blockIdx.x, x, true);
+}
+
+// The static chunks of unit_tokens, their partials merged each way (Merge), the same run:
+// µs a step (median of 30 samples of 10 steps back to back, CUDA events) and whether the outputs
+// agree bit for bit with the combine kernel's; the tickets must be back at zero after.
+void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_tokens) {
+  const int batch = int(lengths.size());
+  int chunks = 0;
+  for (int len : lengths) chunks = std::max(chunks, (len + unit_tokens - 1) / unit_tokens);
+  if (chunks > kMaxChunks) {
+    std::printf("merge: %d chunks a sequence, the merge holds %d\n", chunks, kMaxChunks);
+    return;
+  }
+  a.unit_tokens = unit_tokens;
+  a.chunks = chunks;
+  const size_t partials = size_t(batch) * chunks * kRows;
+  DEMO_CHECK(cudaMalloc(&a.partial_o, partials * kD * sizeof(float)));
+  DEMO_CHECK(cudaMalloc(&a.partial_ml, partials * 2 * sizeof(float)));
+  DEMO_CHECK(cudaMalloc(&a.tickets, batch * sizeof(int)));
+  DEMO_CHECK(cudaMalloc(&a.done, batch * sizeof(int)));
+  DEMO_CHECK(cudaMemset(a.tickets, 0, batch * sizeof(int)));  // once: every step leaves them at zero
+  DEMO_CHECK(cudaMemset(a.done, 0, batch * sizeof(int)));
+  const size_t outs = size_t(batch) * kRows * kD;
+  DEMO_CHECK(cudaMalloc(&a.out, outs * sizeof(float)));
+  std::vector<float> want;
+  bool one_wave = false;
+  int resident = 0;
+  auto run = [&](const char* what, Merge merge) {
+    if (merge == Merge::kSlices && !one_wave) {
+      std::printf("merge %-8s skipped: %d CTAs, %d resident\n", what, chunks * batch, resident * sms);
+      return;
+    }
+    const dim3 grid(chunks, batch);
+    auto step = [&] {
+      switch (merge) {
+        case Merge::kNone: static_merge_kernel<Merge::kNone><<<grid, kThreads, kSmemBytes>>>(a); break;
+        case Merge::kCombine:
+          static_merge_kernel<Merge::kCombine><<<grid, kThreads, kSmemBytes>>>(a);
+          combine_kernel<<<dim3(batch, kRows), kD>>>(a);
+          break;
+        case Merge::kLast: static_merge_kernel<Merge::kLast><<<grid, kThreads, kSmemBytes>>>(a); break;
+        case Merge::kSlices: static_merge_kernel<Merge::kSlices><<<grid, kThreads, kSmemBytes>>>(a); break;
+      }
+    };
+    DEMO_CHECK(cudaMemset(a.out, 0xFF, outs * sizeof(float)));  // NaN: a row not written shows
+    const double us = vxqa_demo::median_us(step, 0, 30, 10, 2);  // 10 steps back to back a sample
+    std::vector<int> counters(2 * batch);
+    DEMO_CHECK(cudaMemcpy(counters.data(), a.tickets, batch * sizeof(int), cudaMemcpyDeviceToHost));
+    DEMO_CHECK(cudaMemcpy(counters.data() + batch, a.done, batch * sizeof(int), cudaMemcpyDeviceToHost));
+    const bool reset = std::all_of(counters.begin(), counters.end(), [](int c) { return c == 0; });
+    std::vector<float> got(outs);
+    DEMO_CHECK(cudaMemcpy(got.data(), a.out, outs * sizeof(float), cudaMemcpyDeviceToHost));
+    const char* agree = "";
+    if (merge == Merge::kCombine) {
+      want = got;
+      agree = std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); }) ? ", every output finite"
+                                                                                             : ", NOT ALL OUTPUTS WRITTEN";
+    } else if (merge != Merge::kNone) {
+      agree = std::memcmp(got.data(), want.data(), outs * sizeof(float)) == 0 ? ", outputs agree" : ", OUTPUTS DIFFER";
+    }
+    std::printf("merge %-8s unit %5d tokens, %d x %d CTAs: %7.2f us%s%s\n", what, unit_tokens, chunks, batch, us,
+                agree, reset ? "" : ", COUNTERS NOT BACK AT ZERO");
+  };
+  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kNone>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kCombine>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kLast>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kSlices>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  DEMO_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, static_merge_kernel<Merge::kSlices>, kThreads,
+                                                           kSmemBytes));
+  one_wave = resident * sms >= chunks * batch;  // the slices' wait needs every CTA resident
+  run("none", Merge::kNone);
+  run("combine", Merge::kCombine);
+  run("last", Merge::kLast);
+  run("slices", Merge::kSlices);
+  for (void* p : {static_cast<void*>(a.partial_o), static_cast<void*>(a.partial_ml), static_cast<void*>(a.tickets),
+                  static_cast<void*>(a.done), static_cast<void*>(a.out)})
+    DEMO_CHECK(cudaFree(p));
 }
 
 }  // namespace
@@ -347,6 +540,7 @@ int main() {
                 tail, spread);
     DEMO_CHECK(cudaFree(const_cast<int32_t*>(args.unit_begin)));
   };
+  for (int unit : {1216, 2368, 608}) merge_rows(a, lengths, sms, unit);
   for (int unit : {2368, 1216, 608}) measure("static", unit, kStatic);
   for (int unit : {1216, 304, 80}) measure("dynamic, global scan", unit, kDynamicGlobalScan);
   for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, kDynamic);
