@@ -32,7 +32,7 @@ struct Args {
   int chunk_tokens;          // a multiple of the tile
   int chunks;
   float scale_log2;          // softmax scale · log2(e)
-  uint32_t v_lead, v_stride;  // V's descriptor offsets (exchanged by --check if the first reading fails)
+  uint32_t v_lead, v_stride;  // wgmma_rows: V's descriptor offsets (exchanged if the first check fails); else 0
   float* o;                  // [batch][chunks][rows][256]: O / l
   float* ml;                 // [batch][chunks][rows][2]: m (base 2), l
 };
