@@ -13,7 +13,9 @@
 #   queries.json queries.log             several query tokens a sequence, G 12 against G 6 (step "queries")
 #   formats.json formats.log             an E4M3 cache (hardware cvt, software decode) against E5M2 (step "formats")
 #   wgmma-rows.log                       the warpgroup-MMA prototype of a multi-token body (step "wgmma", sm_90)
-#   stream-tail.log                      static chunks against units from a counter, bytes alone (step "streamtail")
+#   stream-tail.log                      static chunks against units from a counter, and a step's partials merged
+#                                        three ways, bytes alone (step "streamtail")
+#   dims-split.log                       the multi-token prototype whose warps split the head dims (step "dimssplit")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
 #                                        plan against the rule it replaced ("plans"); ramp.json
@@ -92,7 +94,7 @@ step_build() {
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-$(gpu_arch)}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config vxqa_wgmma_rows vxqa_stream_tail} >"$out/build.log" 2>&1
+      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config vxqa_wgmma_rows vxqa_stream_tail vxqa_dims_split_rows} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -sE "error" "$out/build.log" "$out/configure.log" | head -30; finish; fi
@@ -194,11 +196,18 @@ step_queries() {  # several query tokens a sequence, and G 12 against G 6 (bench
   cat "$out/queries.log"
 }
 
-step_streamtail() {  # static chunks against units from a counter, the seed shape's bytes alone (bench/stream_tail.cu)
+step_streamtail() {  # static chunks against units from a counter, and merges, the seed shape's bytes alone (bench/stream_tail.cu)
   start=$SECONDS
   ./build-gpu/bench/vxqa_stream_tail >"$out/stream-tail.log" 2>&1
   note "stream_tail: rc $?, $((SECONDS - start)) s"
   cat "$out/stream-tail.log"
+}
+
+step_dimssplit() {  # the multi-token prototype whose warps split the head dims (bench/dims_split_rows.cu)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_dims_split_rows >"$out/dims-split.log" 2>&1
+  note "dims_split: rc $?, $((SECONDS - start)) s"
+  cat "$out/dims-split.log"
 }
 
 step_wgmma() {  # the warpgroup-MMA prototype of a multi-token body (bench/wgmma_rows.cu; sm_90 only)
