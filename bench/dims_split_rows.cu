@@ -48,7 +48,6 @@ struct DimsShape {
   using Slice = vxqa::mma::Sm80TileGeometry<kD / W, vxqa::KvType::kE5M2>;  // a warp's dims as a D/W tile
   using Qk = vxqa::mma::Sm80QkConsumer<Slice>;
   using Pv = vxqa::mma::Sm80PvConsumer<Slice>;
-  static constexpr int kSliceBytes = kD / W;  // E5M2: a byte a dim
   static constexpr int kKBytes = Qk::Layout::kBytes, kVBytes = Pv::Layout::kBytes;
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kRingBytes = kStages * kStageBytes;             // a warp's
@@ -81,7 +80,7 @@ __global__ void __launch_bounds__(32 * W * S) dims_kernel(Args a) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int row = nt * 8 + m16::group(lane);
-    const uint16_t* q_row = row < a.rows ? a.q + (int64_t(seq) * a.rows + row) * kD + w * Shape::kSliceBytes : nullptr;
+    const uint16_t* q_row = row < a.rows ? a.q + (int64_t(seq) * a.rows + row) * kD + w * Slice::kHeadDimV : nullptr;
     qf[nt] = Qk::template load_q<vxqa::ActType::kFp16>(q_row);
   }
   vxqa::softmax::HeadPairState st[NT];
@@ -108,7 +107,7 @@ __global__ void __launch_bounds__(32 * W * S) dims_kernel(Args a) {
       for (int i = lane; i < 16 * kChunks; i += 32) {
         const int row = i / kChunks, c = i % kChunks;
         const bool live = token0 + row < end;
-        const int64_t src = (page * kPage + row) * kD + w * Shape::kSliceBytes + 16 * c;
+        const int64_t src = (page * kPage + row) * kD + w * Slice::kRowBytes + 16 * c;
         vxqa::arch::cp_async_16_or_zero(stage + Qk::Layout::chunk_offset(row, c), a.k + src, live);
         vxqa::arch::cp_async_16_or_zero(stage + Shape::kKBytes + Pv::Layout::offset(row, 16 * c), a.v + src, live);
       }
@@ -253,7 +252,7 @@ __global__ void __launch_bounds__(32 * W * S) dims_kernel(Args a) {
         const int r = nt * 8 + Pv::head_of(lane, e), h = e & 1;
         if (r >= a.rows) continue;
         const float inv = l_all[h] > 0.f ? 1.f / l_all[h] : 0.f;
-        a.o[(slot * a.rows + r) * kD + w * Shape::kSliceBytes + Pv::dim_of(lane, m, e)] = acc[e] * inv;
+        a.o[(slot * a.rows + r) * kD + w * Slice::kHeadDimV + Pv::dim_of(lane, m, e)] = acc[e] * inv;
       }
     }
     if (m16::group(lane) == 0)

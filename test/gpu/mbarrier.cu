@@ -17,7 +17,7 @@ namespace {
 
 using vxqa_test::DeviceBuffer;
 
-constexpr int kStages = 3, kRounds = 11, kConsumers = 128, kWords = 1024;  // a stage: 4 KB
+constexpr int kRounds = 11, kConsumers = 128, kWords = 1024;
 
 __global__ void has_mbarrier_kernel(int* has) { *has = VXQA_HAS_MBARRIER; }
 
@@ -25,6 +25,7 @@ __global__ void has_mbarrier_kernel(int* has) { *has = VXQA_HAS_MBARRIER; }
 // computing thread sums its 8 words of every round into sums[thread][round].
 __global__ void handover_kernel(const uint32_t* src, uint32_t* sums) {
 #if VXQA_HAS_MBARRIER
+  constexpr int kStages = 3;  // a stage: 4 KB
   __shared__ __align__(16) uint32_t stages[kStages][kWords];
   __shared__ uint64_t full[kStages], empty[kStages];
   const int t = threadIdx.x;
