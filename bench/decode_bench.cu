@@ -388,6 +388,14 @@ int main(int argc, char** argv) {
   const int sms = prop.multiProcessorCount, l2 = prop.l2CacheSize;
   std::vector<Result> results;
   std::vector<AppendResult> appends;
+  auto equal_bytes_rows = [&](int head_dim) {  // the formats' B12 pair, one head dim (132 CTAs at both)
+    if (head_dim == 256) {
+      results.push_back(run_shape<E5m2>(kD256FullWave, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
+    } else {
+      results.push_back(run_shape<E5m2D512>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2"));
+      results.push_back(run_shape<E5m2D512ThreeStages>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
+    }
+  };
   if (mode == "experiment") {  // the default atom over chunk sizes: one wave of CTAs against several
     // Smaller chunks give more CTAs than an SM's slots hold, so the block scheduler hands the
     // next CTA to whichever SM frees a slot first (docs/performance.md, "unequal rates").
@@ -520,9 +528,8 @@ int main(int argc, char** argv) {
     // Three stages a warp: 4 warps' 200 KB, one CTA an SM as two stages' 133 KB, more bytes in
     // flight an SM. (2 warps take three stages already: 100 KB, two CTAs an SM.)
     results.push_back(run_shape<E5m2D512ThreeStages>(d512, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
-    results.push_back(run_shape<E5m2>(kD256FullWave, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
-    results.push_back(run_shape<E5m2D512>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2"));
-    results.push_back(run_shape<E5m2D512ThreeStages>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
+    equal_bytes_rows(256);
+    equal_bytes_rows(512);
   } else if (mode == "queries") {  // several query tokens a sequence, and groups past one 8-row tile
     static constexpr int kQueryLens[] = {1, 2, 4, 8, 16};
     if ((shape_arg >= 0 && shape_arg != 0 && shape_arg != 3) ||
@@ -577,11 +584,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decode_bench: --q-len must be 1..16\n");
       return 2;
     }
-    if (equal_bytes == 256) {
-      results.push_back(run_shape<E5m2>(kD256FullWave, stream, sms, l2, copy, 0, "E5M2, D 256 (same bytes)"));
-    } else if (equal_bytes == 512) {
-      results.push_back(run_shape<E5m2D512>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2"));
-      results.push_back(run_shape<E5m2D512ThreeStages>(kD512FullWave, stream, sms, l2, copy, 0, "E5M2, 3 stages"));
+    if (equal_bytes != 0) {
+      equal_bytes_rows(equal_bytes);
     } else if (q_len == 1) {
       results.push_back(run_shape<E5m2>(shapes[profile_shape], stream, sms, l2, copy));
     } else {

@@ -315,14 +315,10 @@ int main(int argc, char** argv) {
   if (only_check || !ok) return ok ? 0 : 1;
   cudaStream_t stream;
   DEMO_CHECK(cudaStreamCreate(&stream));
-  const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);  // the seed shape, page 16
-  long long tokens = 0;
-  for (int x : lengths) tokens += x;
-  const double mbytes = double(tokens) * kD * 2 / 1e6;
-  std::printf("seed shape's lengths (B16 ragged ~17.8K, %lld tokens, %.1f MB of K and V), page 16, D 256\n", tokens,
-              mbytes);
-  Problem p = make(lengths, 128, 9);  // Q for 128 rows: the runs below use its first rows
-  Device d = to_device(p, chunks_of(p, 1216));
+  SeedRuns seed = seed_runs();
+  Problem& p = seed.p;
+  Device& d = seed.d;
+  const double mbytes = seed.mbytes;
   for (int chunk : {1216, 2368}) {
     line<4, 1, 2, 4>(p, d, 6, chunk, mbytes, stream);  // q_len 1 at G 6
     line<4, 1, 1, 4>(p, d, 6, chunk, mbytes, stream);

@@ -108,6 +108,24 @@ void release(Device& d) {
   cudaFree(d.k); cudaFree(d.v); cudaFree(d.table); cudaFree(d.lengths); cudaFree(d.q); cudaFree(d.o); cudaFree(d.ml);
 }
 
+// The timed runs' problem: the seed shape's lengths (page 16), Q for 128 rows (a run uses
+// the first p.rows), partials for chunks of 1,216 tokens or more; prints its size.
+struct SeedRuns {
+  Problem p;
+  Device d;
+  double mbytes;  // K and V
+};
+inline SeedRuns seed_runs() {
+  const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);
+  long long tokens = 0;
+  for (int x : lengths) tokens += x;
+  SeedRuns r{make(lengths, 128, 9), Device{}, double(tokens) * kD * 2 / 1e6};
+  r.d = to_device(r.p, chunks_of(r.p, 1216));
+  std::printf("seed shape's lengths (B16 ragged ~17.8K, %lld tokens, %.1f MB of K and V), page 16, D 256\n", tokens,
+              r.mbytes);
+  return r;
+}
+
 // One chunk a sequence, against float64: the largest error over the largest |O|. launch(p, d,
 
 template <class Launch>

@@ -428,10 +428,9 @@ void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_t
     std::printf("merge %-8s unit %5d tokens, %d x %d CTAs: %7.2f us%s%s\n", what, unit_tokens, chunks, batch, us,
                 agree, reset ? "" : ", COUNTERS NOT BACK AT ZERO");
   };
-  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kNone>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kCombine>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kLast>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(static_merge_kernel<Merge::kSlices>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  for (void (*kernel)(Args) : {static_merge_kernel<Merge::kNone>, static_merge_kernel<Merge::kCombine>,
+                               static_merge_kernel<Merge::kLast>, static_merge_kernel<Merge::kSlices>})
+    DEMO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   DEMO_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, static_merge_kernel<Merge::kSlices>, kThreads,
                                                            kSmemBytes));
   one_wave = resident * sms >= chunks * batch;  // the slices' wait needs every CTA resident

@@ -894,14 +894,10 @@ int main(int argc, char** argv) {
   if (only_check) return tok ? 0 : 1;
   cudaStream_t stream;
   DEMO_CHECK(cudaStreamCreate(&stream));
-  const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);  // the seed shape, page 16
-  long long tokens = 0;
-  for (int x : lengths) tokens += x;
-  const double mbytes = double(tokens) * kD * 2 / 1e6;
-  std::printf("seed shape's lengths (B16 ragged ~17.8K, %lld tokens, %.1f MB of K and V), page 16, D 256\n", tokens,
-              mbytes);
-  Problem p = make(lengths, 128, 9);  // Q for 128 rows: the runs below use its first rows
-  Device d = to_device(p, chunks_of(p, 1216));
+  SeedRuns seed = seed_runs();
+  Problem& p = seed.p;
+  Device& d = seed.d;
+  const double mbytes = seed.mbytes;
   auto line = [&](int rows, int w, int tile, int chunk, float us, float us_lean) {
     std::printf("rows %3d, W %d, tile %d, chunk %4d: %7.1f us (%5.0f GB/s); lean softmax: %7.1f us (%5.0f GB/s)\n",
                 rows, w, tile, chunk, us, mbytes * 1e3 / us, us_lean, mbytes * 1e3 / us_lean);

@@ -1,7 +1,6 @@
 // Helpers shared by the demo and the benchmarks: device copies of host vectors, CUDA events,
-// medians, and the copy
-// bandwidth of the same GPU measured in the same run (the ceiling every number is read
-// against).
+// medians, and the copy bandwidth of the same GPU measured in the same run (the ceiling
+// every number is read against).
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
