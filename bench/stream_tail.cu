@@ -7,7 +7,7 @@
 //   dynamic  two CTAs an SM for the whole step, each taking the next unit (a fixed token
 //            range of a sequence, U tokens) from a global counter until none is left;
 //   flowing  the same, with the copies running on across units and each unit claimed one
-//            unit ahead.
+//            unit ahead, or (late claim) when the current unit's last batch is taken.
 // The units' positions are fixed, so what a unit computes would not depend on which CTA took
 // it: the partials stay bitwise the same.
 // Then, on the static chunks, what merging a step's partials costs (issue 22's one kernel a
@@ -24,13 +24,22 @@
 // trips before a unit's first copy): "dynamic, global scan" keeps that one as the control. Prints kernel µs (median of 30 launches, CUDA events;
 // the counter is zeroed before each, outside the events) and, from each CTA's globaltimer
 // stamp at its end, the gap from the median CTA's end to the last one's.
+// Every kernel's dynamic shared memory is 128-byte aligned: past the static __shared__
+// variables some kernels have, a base 16 bytes off a 32-byte boundary split every global
+// sector between two shared spans, and L2 served each sector twice (ncu: twice the sectors,
+// a 50 % hit rate; the first versions of the dynamic and flowing rows ran that way).
 //
-//   vxqa_stream_tail
+//   vxqa_stream_tail                         the merges, then every schedule's rows
+//   vxqa_stream_tail --claims                the dynamic kernel's ablations (Claim) and the
+//                                            flowing rows, twice
+//   vxqa_stream_tail --only KIND UNIT_TOKENS one row (static, dynamic, block-only or
+//                                            flowing-late), for a profiler
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -159,6 +168,10 @@ struct Batch {
   int seq, page, count;  // pages [page, page + count) of sequence seq; count 0: none left
 };
 
+// kLateClaim: the next unit is claimed when the current unit's last batch is taken, one batch
+// ahead instead of a unit ahead, so that a CTA holds at most a batch's worth of work nobody
+// else can take (claiming a unit ahead hoards it: at 1,216 tokens half the CTAs got none).
+template <bool kLateClaim>
 __device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& claimed, const UnitIndex<true>& index) {
 #if VXQA_HAS_CP_ASYNC
   constexpr int kPerThread = kTileBytes / 16 / kThreads;
@@ -171,7 +184,10 @@ __device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& c
   bool done = false;
   auto take = [&]() -> Batch {
     if (!done && page == end_page) {  // the unit is issued: the next one, and claim another
-      if (threadIdx.x == 0) claimed = pending, pending = atomicAdd(a.counter, 1);
+      if (threadIdx.x == 0) {
+        claimed = pending;
+        if (!kLateClaim) pending = atomicAdd(a.counter, 1);
+      }
       __syncthreads();
       const int u = claimed;
       __syncthreads();
@@ -187,6 +203,7 @@ __device__ uint32_t stream_flowing(const Args& a, int batch, uint4* smem, int& c
     if (done) return Batch{0, 0, 0};
     const Batch b{seq, page, min(kPages, end_page - page)};
     page += b.count;
+    if (kLateClaim && page == end_page && threadIdx.x == 0) pending = atomicAdd(a.counter, 1);
     return b;
   };
   auto issue = [&](int slot, const Batch& b) {
@@ -234,7 +251,7 @@ __device__ void finish(const Args& a, int cta, uint32_t x, bool worked) {
 
 // grid (chunks, batch): chunk blockIdx.x of sequence blockIdx.y, unit_tokens a chunk.
 __global__ void __launch_bounds__(kThreads) static_kernel(Args a) {
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];
   const int seq = blockIdx.y, begin = blockIdx.x * a.unit_tokens;
   const int end = min(a.lengths[seq], begin + a.unit_tokens);
   const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
@@ -294,7 +311,7 @@ __device__ int chunks_of_sequence(const Args& a, int seq) { return (a.lengths[se
 // grid (chunks, batch): static_kernel's copies, then the partial and its merge.
 template <Merge kMerge>
 __global__ void __launch_bounds__(kThreads) static_merge_kernel(Args a) {
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];
   __shared__ int ticket;
   const int seq = blockIdx.y, chunk = blockIdx.x, begin = chunk * a.unit_tokens;
   const int end = min(a.lengths[seq], begin + a.unit_tokens);
@@ -336,19 +353,29 @@ __global__ void __launch_bounds__(kD) combine_kernel(Args a) {
   merge_outputs(a, seq, chunks_of_sequence(a, seq), row * kD, (row + 1) * kD);
 }
 
+// How a CTA of the dynamic kernel finds its units: kCounter, each from the counter (the
+// first one too); kBlockFirst, the first one is blockIdx.x and the rest come from the counter,
+// which starts at gridDim.x (no atomic before the first copy); kBlockOnly, unit blockIdx.x
+// and no other (no atomic at all: the static schedule, through the dynamic kernel's code).
+enum class Claim { kCounter, kBlockFirst, kBlockOnly };
+
 // grid (CTAs): each takes units until none is left.
-template <bool kSharedIndex>
+template <bool kSharedIndex, Claim kClaim>
 __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];
   __shared__ int unit;
   __shared__ UnitIndex<kSharedIndex> index;
   index.load(a, batch);
   uint32_t x = 0;
-  for (;;) {
-    if (threadIdx.x == 0) unit = atomicAdd(a.counter, 1);
-    __syncthreads();
-    const int u = unit;
-    __syncthreads();
+  for (int round = 0;; ++round) {
+    int u = int(blockIdx.x);
+    if (kClaim == Claim::kBlockOnly && round > 0) break;
+    if (kClaim == Claim::kCounter || (kClaim == Claim::kBlockFirst && round > 0)) {
+      if (threadIdx.x == 0) unit = atomicAdd(a.counter, 1) + (kClaim == Claim::kBlockFirst ? int(gridDim.x) : 0);
+      __syncthreads();
+      u = unit;
+      __syncthreads();
+    }
     if (u >= index.units(a, batch)) break;
     int seq = 0, begin = 0, end = 0;
     index.locate(a, u, seq, begin, end);
@@ -358,12 +385,13 @@ __global__ void __launch_bounds__(kThreads) dynamic_kernel(Args a, int batch) {
 }
 
 // grid (CTAs): each takes units until none is left, its copies flowing across them.
+template <bool kLateClaim>
 __global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];
   __shared__ int claimed;
   __shared__ UnitIndex<true> index;
   index.load(a, batch);
-  const uint32_t x = stream_flowing(a, batch, smem, claimed, index);
+  const uint32_t x = stream_flowing<kLateClaim>(a, batch, smem, claimed, index);
   finish(a, blockIdx.x, x, true);
 }
 
@@ -445,7 +473,7 @@ void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_t
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   const std::vector<int32_t> lengths = vxqa_bench::lengths(vxqa_bench::kShapes[1]);
   const int batch = int(lengths.size());
   if (batch > kMaxBatch) {
@@ -482,16 +510,19 @@ int main() {
               tokens, mbytes);
 
   DEMO_CHECK(cudaFuncSetAttribute(static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(dynamic_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(dynamic_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  DEMO_CHECK(cudaFuncSetAttribute(flowing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  for (void (*kernel)(Args, int) : {dynamic_kernel<true, Claim::kCounter>, dynamic_kernel<false, Claim::kCounter>,
+                                    dynamic_kernel<true, Claim::kBlockFirst>, dynamic_kernel<true, Claim::kBlockOnly>})
+    DEMO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  for (void (*kernel)(Args, int) : {flowing_kernel<false>, flowing_kernel<true>})
+    DEMO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaEvent_t e0, e1;
   DEMO_CHECK(cudaEventCreate(&e0));
   DEMO_CHECK(cudaEventCreate(&e1));
   // Median µs of 30 launches, and the last launch's end stamps: median CTA to last.
-  enum Kind { kStatic, kDynamic, kDynamicGlobalScan, kFlowing };
+  // kBlockFirst and kBlockOnly: the dynamic kernel's ablations (Claim); kBlockOnly over a
+  // grid of 2 CTAs an SM (units past it not taken: only at units <= CTAs) or of one CTA a unit.
+  enum Kind { kStatic, kDynamic, kDynamicGlobalScan, kFlowing, kBlockFirst, kBlockOnly, kBlockOnlyUnits, kFlowingLate };
   auto measure = [&](const char* what, int unit_tokens, Kind kind) {
-    const bool dynamic = kind != kStatic;
     std::vector<int32_t> unit_begin(batch + 1, 0);
     int chunks = 0;
     for (int b = 0; b < batch; ++b) {
@@ -502,18 +533,24 @@ int main() {
     Args args = a;
     args.unit_tokens = unit_tokens;
     args.unit_begin = vxqa_demo::upload(unit_begin);
-    const int ctas = dynamic ? 2 * sms : chunks * batch;
+    const int ctas = kind == kStatic ? chunks * batch : kind == kBlockOnlyUnits ? unit_begin[batch] : 2 * sms;
     std::vector<double> times;
     for (int r = 0; r < 31; ++r) {
       DEMO_CHECK(cudaMemset(args.counter, 0, sizeof(int)));
       DEMO_CHECK(cudaMemset(args.ends, 0, max_ctas * sizeof(unsigned long long)));
       DEMO_CHECK(cudaEventRecord(e0));
       if (kind == kFlowing) {
-        flowing_kernel<<<ctas, kThreads, kSmemBytes>>>(args, batch);
+        flowing_kernel<false><<<ctas, kThreads, kSmemBytes>>>(args, batch);
+      } else if (kind == kFlowingLate) {
+        flowing_kernel<true><<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else if (kind == kDynamic) {
-        dynamic_kernel<true><<<ctas, kThreads, kSmemBytes>>>(args, batch);
+        dynamic_kernel<true, Claim::kCounter><<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else if (kind == kDynamicGlobalScan) {
-        dynamic_kernel<false><<<ctas, kThreads, kSmemBytes>>>(args, batch);
+        dynamic_kernel<false, Claim::kCounter><<<ctas, kThreads, kSmemBytes>>>(args, batch);
+      } else if (kind == kBlockFirst) {
+        dynamic_kernel<true, Claim::kBlockFirst><<<ctas, kThreads, kSmemBytes>>>(args, batch);
+      } else if (kind == kBlockOnly || kind == kBlockOnlyUnits) {
+        dynamic_kernel<true, Claim::kBlockOnly><<<ctas, kThreads, kSmemBytes>>>(args, batch);
       } else {
         static_kernel<<<dim3(chunks, batch), kThreads, kSmemBytes>>>(args);
       }
@@ -539,10 +576,34 @@ int main() {
                 tail, spread);
     DEMO_CHECK(cudaFree(const_cast<int32_t*>(args.unit_begin)));
   };
+  if (argc == 4 && std::strcmp(argv[1], "--only") == 0) {  // one row, for a profiler: --only KIND UNIT_TOKENS
+    const struct { const char* name; Kind kind; } kinds[] = {
+        {"static", kStatic}, {"dynamic", kDynamic}, {"block-only", kBlockOnlyUnits}, {"flowing-late", kFlowingLate}};
+    for (const auto& k : kinds)
+      if (std::strcmp(argv[2], k.name) == 0) {
+        measure(k.name, std::atoi(argv[3]), k.kind);
+        return 0;
+      }
+    std::fprintf(stderr, "stream_tail: --only static|dynamic|block-only|flowing-late UNIT_TOKENS\n");
+    return 1;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--claims") == 0) {  // the dynamic kernel's ablations, twice
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int unit : {1216, 304, 80}) measure("static", unit, kStatic);
+      for (int unit : {1216, 304, 80}) measure("dynamic", unit, kDynamic);
+      for (int unit : {1216, 304, 80}) measure("dynamic, block first", unit, kBlockFirst);
+      measure("block only, 2/SM", 1216, kBlockOnly);
+      for (int unit : {1216, 304, 80}) measure("block only, a unit", unit, kBlockOnlyUnits);
+      for (int unit : {1216, 608, 304, 160, 80}) measure("flowing", unit, kFlowing);
+      for (int unit : {1216, 608, 304, 160, 80, 48}) measure("flowing, late claim", unit, kFlowingLate);
+    }
+    return 0;
+  }
   for (int unit : {1216, 2368, 608}) merge_rows(a, lengths, sms, unit);
   for (int unit : {2368, 1216, 608}) measure("static", unit, kStatic);
   for (int unit : {1216, 304, 80}) measure("dynamic, global scan", unit, kDynamicGlobalScan);
   for (int unit : {1216, 608, 304, 152, 80}) measure("dynamic", unit, kDynamic);
   for (int unit : {1216, 608, 304, 160, 80}) measure("flowing", unit, kFlowing);
+  for (int unit : {1216, 608, 304, 160, 80}) measure("flowing, late claim", unit, kFlowingLate);
   return 0;
 }

@@ -13,8 +13,8 @@
 #   queries.json queries.log             several query tokens a sequence, G 12 against G 6 (step "queries")
 #   formats.json formats.log             an E4M3 cache (hardware cvt, software decode) against E5M2 (step "formats")
 #   wgmma-rows.log                       the warpgroup-MMA prototype of a multi-token body (step "wgmma", sm_90)
-#   stream-tail.log                      static chunks against units from a counter, and a step's partials merged
-#                                        three ways, bytes alone (step "streamtail")
+#   stream-tail.log stream-tail-claims.log  static chunks against units from a counter, and a step's partials
+#                                        merged three ways, bytes alone; the dynamic kernel's ablations (step "streamtail")
 #   dims-split.log                       the multi-token prototype whose warps split the head dims (step "dimssplit")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
@@ -200,7 +200,9 @@ step_streamtail() {  # static chunks against units from a counter, and merges, t
   start=$SECONDS
   ./build-gpu/bench/vxqa_stream_tail >"$out/stream-tail.log" 2>&1
   note "stream_tail: rc $?, $((SECONDS - start)) s"
-  cat "$out/stream-tail.log"
+  ./build-gpu/bench/vxqa_stream_tail --claims >"$out/stream-tail-claims.log" 2>&1
+  note "stream_tail --claims: rc $?, $((SECONDS - start)) s"
+  cat "$out/stream-tail.log" "$out/stream-tail-claims.log"
 }
 
 step_dimssplit() {  # the multi-token prototype whose warps split the head dims (bench/dims_split_rows.cu)
