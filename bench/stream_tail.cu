@@ -18,12 +18,13 @@
 //   slices   every CTA of a sequence takes a ticket, waits until the sequence's tickets are
 //            all taken (the grid is one wave: every CTA is resident), then merges its slice
 //            of the rows' dims, so the merge is spread over the sequence's CTAs.
-// All three fold the chunks in index order: their outputs must agree bit for bit. A unit's sequence is found by a scan of the units'
-// starts; kSharedIndex (the default) scans a copy in shared memory each CTA loads once, where
-// the first version scanned global memory, one dependent load a sequence (up to 16 round
-// trips before a unit's first copy): "dynamic, global scan" keeps that one as the control. Prints kernel µs (median of 30 launches, CUDA events;
-// the counter is zeroed before each, outside the events) and, from each CTA's globaltimer
-// stamp at its end, the gap from the median CTA's end to the last one's.
+// All three fold the chunks in index order: their outputs must agree bit for bit.
+// A unit's sequence is found by a scan of the units' starts; kSharedIndex (the default) scans
+// a copy in shared memory each CTA loads once, where the first version scanned global memory,
+// one dependent load a sequence (up to 16 round trips before a unit's first copy): "dynamic,
+// global scan" keeps that one as the control. Prints kernel µs (median of 30 launches, CUDA
+// events; the counter is zeroed before each, outside the events) and, from each CTA's
+// globaltimer stamp at its end, the gap from the median CTA's end to the last one's.
 // Every kernel's dynamic shared memory is 128-byte aligned: past the static __shared__
 // variables some kernels have, a base 16 bytes off a 32-byte boundary split every global
 // sector between two shared spans, and L2 served each sector twice (ncu: twice the sectors,
