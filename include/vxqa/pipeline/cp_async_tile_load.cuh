@@ -88,7 +88,7 @@ struct CpAsyncTileLoad {
                                : k_tile + KLayout::chunk_offset(r0 + i * R, chunk);
       const bool read = i * R < rows_left && (!kSkipsRows || r0 + i * R >= first_row);
       arch::cp_async_16_or_zero(kd, k + i * step, read);
-      arch::cp_async_16_or_zero(v_dst + i * R * VLayout::kPitch, v + i * step, read);
+      arch::cp_async_16_or_zero(v_dst + VLayout::offset(i * R, 0), v + i * step, read);  // R even, or r0 = 0
     }
   }
 #endif
