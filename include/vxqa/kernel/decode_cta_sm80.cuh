@@ -166,9 +166,10 @@ struct DecodeCtaSm80 {
     }
     __syncthreads();
     VXQA_TIMELINE_PROBE(a, kProbeDecodeGathered);
-    if constexpr (kMulti) {
-      // The rows' fields (the query tokens, the length) are read again rather than held in
-      // registers through the loop: at D 256 that made ptxas 11.8 spill.
+    if constexpr (kMulti || Variant::kWindow) {
+      // The rows' fields (the query tokens, the length; a window's chunk bounds) are read
+      // again rather than held in registers through the loop: at D 256 that made ptxas 11.8
+      // spill.
       CtaWork again;
       find_cta_work<Config>(a, again);
       merge_and_write(a, smem, again, cta_bad_page);
