@@ -52,31 +52,29 @@ struct AttentionVariant {
 
 #if VXQA_IS_CUDA_COMPILER
   // What a CTA works out once for its scores: the factor from a raw q·k to a base-2 logit
-  // (soft-cap on: to s / cap), cap · log2(e) (0: soft-cap off at run time), and the first
-  // key its query sees.
+  // (soft-cap on: to s / cap) and the first key its query sees. The cap itself is read from
+  // the params where a score uses it, a constant-bank operand rather than a register held
+  // through the main loop (held, it made ptxas 11.8 spill in the 6-warp multi-token Config).
   struct Scores {
     float scale;
-    float cap_log2;
     int first;
   };
   VXQA_DEVICE static Scores prepare(const DecodeKernelArgs& a, float qk_scale_log2, int first) {
-    Scores v{qk_scale_log2, 0.f, first};
+    Scores v{qk_scale_log2, first};
     if constexpr (kSoftCap) {
-      if (a.softcap_log2 > 0.f) {
-        v.scale = qk_scale_log2 / a.softcap_log2;
-        v.cap_log2 = a.softcap_log2;
-      }
+      if (a.softcap_log2 > 0.f) v.scale = qk_scale_log2 / a.softcap_log2;
     }
     return v;
   }
 
   // The base-2 logit of raw product `s` of key `token`, or -inf where it is masked:
   // `live` (the body's test: the token is before the sequence's end) and the window.
-  VXQA_DEVICE static float score(const Scores& v, float s, bool live, int token) {
+  // Soft-cap: cap · log2(e) is a.softcap_log2, 0 when it is off at run time.
+  VXQA_DEVICE static float score(const DecodeKernelArgs& a, const Scores& v, float s, bool live, int token) {
     if constexpr (kWindow) live = live && token >= v.first;
     float x = s * v.scale;
     if constexpr (kSoftCap) {
-      if (v.cap_log2 > 0.f) x = v.cap_log2 * tanh_within_2e21(x);
+      if (a.softcap_log2 > 0.f) x = a.softcap_log2 * tanh_within_2e21(x);
     }
     return live ? x : negative_infinity();
   }

@@ -125,8 +125,8 @@ struct DecodeCtaSm70 {
             publisher.publish();
             float s[8];
             Qk::run(q_tile, publisher.tile, s);
-            store_scores(s, tiles.start(j), work, rows, Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first),
-                         s_tile);
+            store_scores(a, s, tiles.start(j), work, rows,
+                         Variant::prepare(a, cta_qk_scale_log2<Config>(a), work.first), s_tile);
             __syncwarp();
             row = softmax::online_softmax_step(row, s_tile, p_tile, alpha);
             __syncwarp();
@@ -228,8 +228,9 @@ struct DecodeCtaSm70 {
   // The QK accumulators as base-2 logits, tokens at or past `end` masked (kMulti: past the
   // row's own end, and before its first key), through the variant's score. Elements i and
   // i + 1 (i even) are adjacent tokens of one head row: one 8-byte store.
-  VXQA_DEVICE static void store_scores(const float (&s)[8], int tile_start, const CtaWork& work,
-                                       const LaneRowLimits& rows, typename Variant::Scores scores, uint8_t* s_tile) {
+  VXQA_DEVICE static void store_scores(const DecodeKernelArgs& a, const float (&s)[8], int tile_start,
+                                       const CtaWork& work, const LaneRowLimits& rows,
+                                       typename Variant::Scores scores, uint8_t* s_tile) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {
@@ -240,8 +241,8 @@ struct DecodeCtaSm70 {
         if constexpr (Variant::kWindow) scores.first = rows.first(work, (i >> 1) & 1);
       }
       const int live = end - tile_start - token;  // 1: only the first of the pair is live
-      const float2 v = make_float2(Variant::score(scores, s[i], live > 0, tile_start + token),
-                                   Variant::score(scores, s[i + 1], live > 1, tile_start + token + 1));
+      const float2 v = make_float2(Variant::score(a, scores, s[i], live > 0, tile_start + token),
+                                   Variant::score(a, scores, s[i + 1], live > 1, tile_start + token + 1));
       *reinterpret_cast<float2*>(s_tile + pipeline::ScoreTileLayout::offset(mma::c_row(lane, i), token)) = v;
     }
   }

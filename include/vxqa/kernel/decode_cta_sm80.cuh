@@ -238,7 +238,8 @@ struct DecodeCtaSm80 {
       Qk::run(stage(use), qf, s);
       const int row0 = tiles.start(j) + mma::m16n8k16::group(lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[e] = Variant::score(scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
+      for (int e = 0; e < 4; ++e)
+        s[e] = Variant::score(a, scores, s[e], row0 + (e >> 1) * 8 < work.end, row0 + (e >> 1) * 8);
       uint32_t p[2];
       softmax_and_rescale(s, st, o, p);
       Pv::run(stage(use) + kVTileOffset, p, o);
@@ -329,9 +330,9 @@ struct DecodeCtaSm80 {
         typename Variant::Scores row_scores = base;  // the row's limits, unpacked where used
         if constexpr (kMulti) {
           if constexpr (Variant::kWindow) row_scores.first = rows.first(work, e & 1);
-          s[e] = Variant::score(row_scores, s[e], token < rows.end(work, e & 1), token);
+          s[e] = Variant::score(a, row_scores, s[e], token < rows.end(work, e & 1), token);
         } else {
-          s[e] = Variant::score(row_scores, s[e], token < work.end, token);
+          s[e] = Variant::score(a, row_scores, s[e], token < work.end, token);
         }
       }
       softmax_and_rescale(s, st, o, p);
