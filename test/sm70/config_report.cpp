@@ -149,6 +149,8 @@ template <unsigned kFlags>
 std::string option_name(vxqa::opt::Variant<kFlags>*) {
   return "vxqa::opt::Variant<" + std::to_string(kFlags) + "u>";
 }
+template <int N>
+std::string option_name(vxqa::opt::MaxQueryLen<N>*) { return "vxqa::opt::MaxQueryLen<" + std::to_string(N) + ">"; }
 template <vxqa::ConvertAt C>
 std::string option_name(vxqa::opt::Convert<C>*) {
   return "vxqa::opt::Convert<(vxqa::pipeline::ConvertAt)" + std::to_string(int(C)) + ">";
@@ -180,6 +182,7 @@ std::vector<Row> audited_rows() {
   using vxqa::KvType;
   namespace opt = vxqa::opt;
   using Publish = opt::Convert<ConvertAt::kPublish>;
+  using AllVariants = opt::Variant<vxqa::kAllVariantFlags>;
   return {
       row<DecodeConfig<256, KvType::kE5M2>>("DecodeConfig<256, E5M2>", 2),
       row<DecodeConfig<256, KvType::kE5M2, opt::PageSize<800>>>("DecodeConfig<256, E5M2, PageSize<800>>", 2),
@@ -203,6 +206,14 @@ std::vector<Row> audited_rows() {
       row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<256, E5M2, every variant>", 2),
       row<DecodeConfig<128, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<128, E5M2, every variant>", 3),
       row<DecodeConfig<64, KvType::kFp16, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<64, fp16, every variant>", 3),
+      // Decoder's multi-token and every-variant Configs (decode_decoder_list.cu).
+      row<DecodeConfig<256, KvType::kE5M2, opt::Warps<6>, AllVariants, opt::MaxQueryLen<16>>>(
+          "DecodeConfig<256, E5M2, Warps<6>, every variant, q_len 16>", 1),
+      row<DecodeConfig<256, KvType::kE5M2, opt::Warps<8>, AllVariants, opt::MaxQueryLen<16>>>(
+          "DecodeConfig<256, E5M2, Warps<8>, every variant, q_len 16>", 1),
+      row<DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, AllVariants, opt::MaxQueryLen<16>>>(
+          "DecodeConfig<64, E5M2, Warps<8>, every variant, q_len 16>", 2),
+      row<DecodeConfig<512, KvType::kE5M2, AllVariants>>("DecodeConfig<512, E5M2, every variant>", 2),
   };
 }
 
