@@ -4,9 +4,6 @@
 // Gemma-style windows, held to the same audit as the TUs of the tests' Configs.
 //
 // Device-only and NVRTC-compatible, audited as decode_d256.cu is (test/sm70/CMakeLists.txt).
-// The 6-warp D 256 Config is not built for sm_90 here: nvcc 11.8 spills 8 bytes there,
-// outside the main loop (docs/performance.md, "The soft-cap from the params"); nvcc 13.0,
-// which sm_90 builds use, does not, and neither does nvcc 11.8 for sm_70 or sm_80.
 //
 // vxqa-audit: kernel=decode_kernel toolchain=^(cu118|nvrtc128)$ loop-require=HMMA.884,LDG.E.128,LDS.128,STS.128 forbid=LDL,STL,LDGSTS max-registers=255
 // vxqa-audit: kernel=decode_kernel toolchain=sm(80|90) loop-require=HMMA.16816,LDGSTS.128,LDS.128,MOVM forbid=LDL,STL,HMMA.884 max-registers=255
@@ -22,7 +19,5 @@ using AllVariants = opt::Variant<vxqa::kAllVariantFlags>;
 
 template __global__ void vxqa::decode_kernel<DecodeConfig<64, KvType::kE5M2, opt::Warps<8>, AllVariants, opt::MaxQueryLen<16>>>(const DecodeKernelArgs);
 template __global__ void vxqa::decode_kernel<DecodeConfig<256, KvType::kE5M2, opt::Warps<8>, AllVariants, opt::MaxQueryLen<16>>>(const DecodeKernelArgs);
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ != 900
 template __global__ void vxqa::decode_kernel<DecodeConfig<256, KvType::kE5M2, opt::Warps<6>, AllVariants, opt::MaxQueryLen<16>>>(const DecodeKernelArgs);
-#endif
 template __global__ void vxqa::decode_kernel<DecodeConfig<512, KvType::kE5M2, AllVariants>>(const DecodeKernelArgs);

@@ -151,7 +151,11 @@ struct DecodeCtaSm80 {
     // this OR may land before or after the kernel zeroes the word.
     if (cta_bad_page && threadIdx.x == 0) atomicOr(a.errors, uint32_t(kDecodeErrorBadPage));
     if constexpr (kMulti) {
-      if (__syncthreads_or(zeroed)) add_back_non_finite(a, work, rows, tiles, seq, o);
+      if (__syncthreads_or(zeroed)) {
+        CtaWork again;  // read again, as for the merge below
+        find_cta_work<Config>(a, again);
+        add_back_non_finite(a, again, rows, tiles, seq, o);
+      }
     }
     float* merge_o = reinterpret_cast<float*>(warp_area);
     float* merge_ml = reinterpret_cast<float*>(warp_area + kMergeOBytes);
