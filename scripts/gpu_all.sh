@@ -32,7 +32,11 @@
 #                                        torch-host.log, an eager call's host cost: plain op,
 #                                        DecodePlan, FlashInfer if carried (bench/torch_host_overhead.py)
 # Steps run in the order VXQA_STEPS names them (default "build suite sweep torch bench hostcost
-# sanitize": every GPU test binary and tag runs, the torch tests included);
+# sanitize": every GPU test binary and tag runs, the torch tests included); steps joined by "+"
+# run side by side (e.g. "suite+sweep_fixed": the checks share the GPU, each writes its own log;
+# never a benchmark beside anything);
+# VXQA_PREBUILT: an archive of build-gpu's binaries made off the machine (scripts/gpu_pack.sh),
+# which step "build" unpacks instead of building (a device call's minutes go to running);
 # VXQA_SUITES: which GPU suites step "suite" runs ("default sm70").
 # VXQA_TARGETS: what step "build" builds (default: everything the steps use).
 # VXQA_DEADLINE (seconds from the start) stops starting sanitizer runs past it. The summary
@@ -91,6 +95,13 @@ gpu_arch() {
 
 step_build() {
   start=$SECONDS
+  if [ -n "${VXQA_PREBUILT:-}" ]; then
+    tar xJf "$VXQA_PREBUILT" >"$out/build.log" 2>&1
+    rc=$?
+    note "build: rc $rc, $((SECONDS - start)) s, unpacked $VXQA_PREBUILT ($(tar tJf "$VXQA_PREBUILT" 2>/dev/null | wc -l) files)"
+    [ $rc -ne 0 ] && finish
+    return
+  fi
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-$(gpu_arch)}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
@@ -337,8 +348,35 @@ step_torch() {
   fi
 }
 
+run_step() {
+  if ! declare -F "step_$1" >/dev/null; then note "$1: rc 127, no such step"; return; fi
+  "step_$1"
+}
+
+# A group "a+b": each step in a subshell of its own, side by side; their summary lines are
+# noted here, in the group's order, once all of them have ended.
+run_group() {
+  local parts i pids=()
+  IFS=+ read -ra parts <<<"$1"
+  for i in "${!parts[@]}"; do
+    (summary=()
+      run_step "${parts[i]}" >"$out/.group$i.out" 2>&1
+      printf '%s\n' "${summary[@]}" >"$out/.group$i.notes") &
+    pids+=($!)
+  done
+  for i in "${!parts[@]}"; do
+    wait "${pids[i]}"
+    cat "$out/.group$i.out"
+    if [ -f "$out/.group$i.notes" ]; then
+      while IFS= read -r line; do [ -n "$line" ] && note "$line"; done <"$out/.group$i.notes"
+    else
+      note "${parts[i]}: rc 1, its subshell ended without a summary (a step that calls finish fails its group)"
+    fi
+    rm -f "$out/.group$i.out" "$out/.group$i.notes"
+  done
+}
+
 for step in $steps; do
-  if ! declare -F "step_$step" >/dev/null; then note "$step: rc 127, no such step"; continue; fi
-  "step_$step"
+  if [[ $step == *+* ]]; then run_group "$step"; else run_step "$step"; fi
 done
 finish
