@@ -13,9 +13,11 @@ source scripts/env.sh
 archive="${1:-.carry/gpu-bins.tar.xz}"
 targets="${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep vxqa_decode_bench vxqa_cta_timeline \
 vxqa_host_cost vxqa_demo vxqa_custom_config}"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-90a}" \
-  -DVXQA_SM70_AUDIT=OFF >/dev/null
-cmake --build build-gpu -j "$(nproc)" --target $targets
+# gpu_all.sh's own build step (its configure, its CATCH2_PREFIX), for this target list.
+log="$(mktemp -d)"
+OUT="$log" VXQA_STEPS=build VXQA_GPU_ARCH="${VXQA_GPU_ARCH:-90a}" VXQA_TARGETS="$targets" \
+  bash scripts/gpu_all.sh >/dev/null ||
+  { echo "gpu_pack: the build failed; its logs: $log/logs.tar.gz" >&2; exit 1; }
 # Each target's executable, by name, wherever CMake put it under build-gpu.
 files=()
 for t in $targets; do

@@ -203,9 +203,9 @@ std::vector<Row> audited_rows() {
       row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kSlidingWindow>>>("DecodeConfig<256, E5M2, window>", 2),
       row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kLogitSoftCap>>>("DecodeConfig<256, E5M2, soft-cap>", 2),
       row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kAttentionSinks>>>("DecodeConfig<256, E5M2, sinks>", 2),
-      row<DecodeConfig<256, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<256, E5M2, every variant>", 2),
-      row<DecodeConfig<128, KvType::kE5M2, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<128, E5M2, every variant>", 3),
-      row<DecodeConfig<64, KvType::kFp16, opt::Variant<vxqa::kAllVariantFlags>>>("DecodeConfig<64, fp16, every variant>", 3),
+      row<DecodeConfig<256, KvType::kE5M2, AllVariants>>("DecodeConfig<256, E5M2, every variant>", 2),
+      row<DecodeConfig<128, KvType::kE5M2, AllVariants>>("DecodeConfig<128, E5M2, every variant>", 3),
+      row<DecodeConfig<64, KvType::kFp16, AllVariants>>("DecodeConfig<64, fp16, every variant>", 3),
       // Decoder's multi-token and every-variant Configs (decode_decoder_list.cu).
       row<DecodeConfig<256, KvType::kE5M2, opt::Warps<6>, AllVariants, opt::MaxQueryLen<16>>>(
           "DecodeConfig<256, E5M2, Warps<6>, every variant, q_len 16>", 1),
