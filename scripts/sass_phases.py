@@ -239,9 +239,10 @@ def main():
             cfg = config_of(demangled.get(name, ""))
             sm70_body = any(op.startswith("HMMA.884") for _, op, _ in loop)
             tokens = 32 if sm70_body else 16
-            # A warp's pass reads its tile's K and V; at head dim 512 two warps share a tile (each
-            # its half of D for PV, both QK), so a pass stands for half of the tile's bytes.
-            parts = 2 if cfg and cfg[0] > 256 else 1
+            # A warp's pass reads its tile's K and V; at head dim 512 the SM70 body's two warps
+            # share a tile (each its half of D for PV, both QK), so a pass stands for half of the
+            # tile's bytes there; the SM80 body's warp takes a tile alone at every head dim.
+            parts = 2 if cfg and cfg[0] > 256 and sm70_body else 1
             kib = tokens * cfg[0] * cfg[1] * 2 / 1024 / parts if cfg else float("nan")
             total = len(loop)
             rows[(os.path.basename(path), arch, title.strip())] = [total] + [counts[p] for p in PHASES]

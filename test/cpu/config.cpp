@@ -51,8 +51,8 @@ constexpr bool check_config() {
   static_assert(C::kThreads == 32 * kWarps, "a warp is 32 threads");
   static_assert(C::kParts == parts && C::kTeams == kWarps / parts, "teams of warps sharing a tile");
   static_assert(C::kCtaTokens == 32 * kWarps / parts, "each team takes a 32-token tile per round");
-  static_assert(C::kSm80CtaTokens == 16 * kWarps / parts, "each team takes a 16-token tile per SM80 round");
-  static_assert(C::kChunkMultiple == 16 * kWarps / parts, "chunks are whole rounds of the finer body");
+  static_assert(C::kSm80CtaTokens == 16 * kWarps, "each SM80 warp takes a 16-token tile per round, at 512 too");
+  static_assert(C::kChunkMultiple == 16 * kWarps, "chunks are whole rounds of the finer body");
   static_assert(C::kHeadsPerCta == 8, "one M tile of 8 heads");
   static_assert(std::is_same<typename C::Geometry, vxqa::pipeline::WarpTileGeometry<kD, kKv>>::value,
                 "geometry");

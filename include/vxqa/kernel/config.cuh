@@ -342,7 +342,9 @@ struct DecodeConfig {
   static constexpr int kChunkMultiple = kSm80CtaTokens;
   static_assert(kCtaTokens % kSm80CtaTokens == 0, "DecodeConfig: the SM70 round must be whole SM80 rounds");
   static constexpr int kSm80WarpBytes = kSm80Stages * kSm80StageBytes;
-  static constexpr int kSm80SmemBytes = Warps * kSm80WarpBytes;
+  // The warps' rings, then (head dim 512) the CTA's one copy of Q's fragments.
+  static constexpr int kSm80QOffset = Warps * kSm80WarpBytes;
+  static constexpr int kSm80SmemBytes = kSm80QOffset + mma::Sm80QkConsumer<Sm80Geometry>::kQSharedBytes;
   static_assert(!kHasSm80Path || kSm80SmemBytes <= kSm80MaxSmemBytes,
                 "DecodeConfig: the SM80 path's two stages a warp need more than 227 KB; use "
                 "fewer opt::Warps");

@@ -15,8 +15,8 @@
 // stream, after a barrier of the stream's warps (arch::named_barrier_sync) a tile. So the KV
 // is read once for all the CTA's rows, and the streams merge per row tile at the end.
 //
-// Head dim 512 (Geometry::kParts = 2) shares tiles the same way: a stream is two warps over
-// the same 8 rows, both running QK on every tile, each PV over its own 256 dims of O.
+// Head dim 512 streams as 256 does, a warp a tile with all of O (128 accumulators a lane):
+// Q's fragments then come from one shared copy (Sm80QkConsumer::kQShared) so nothing spills.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/cp_async.cuh>
@@ -53,7 +53,7 @@ struct DecodeCtaSm80 {
 
   static constexpr int kParts = Geometry::kParts;
   static constexpr bool kShared = kMulti || kParts > 1;  // a stream's warps share its tiles
-  static_assert(!(kMulti && kParts > 1), "DecodeCtaSm80: multi-token queries stop at head dim 256");
+  static_assert(!(kMulti && Qk::kQShared), "DecodeCtaSm80: multi-token queries stop at head dim 256");
 
   // Where a warp stands: its 8-row tile, its part of D, its stream of tiles and the streams'
   // count, and the stream's warps (sharers) with its place among them (one query token up
@@ -95,7 +95,7 @@ struct DecodeCtaSm80 {
     const uint16_t* q_row = head < work.heads ? static_cast<const uint16_t*>(a.q) + q_of.out_row * a.q_batch_stride +
                                                     q_of.q_head * a.q_head_stride
                                               : nullptr;
-    const typename Qk::QFragments qf = Qk::template load_q<Config::kQo>(q_row);
+    const typename Qk::QSource qf = q_source(q_row, smem);
     LaneRowLimits rows{0u};
     if constexpr (kMulti) {  // the lane's accumulator columns: rows 2t, 2t + 1 of its tile
       const int row0 = role.row_tile * 8 + 2 * mma::m16n8k16::thread_in_group(lane);
@@ -185,12 +185,25 @@ struct DecodeCtaSm80 {
     VXQA_TIMELINE_PROBE(a, kProbeDecodeWritten);
   }
 
+  // Q's B fragments: in registers, or (head dim 512) in the CTA's shared copy, which warp 0
+  // writes (every warp of a one-token CTA has the same 8 rows).
+  VXQA_DEVICE static typename Qk::QSource q_source(const uint16_t* q_row, uint8_t* smem) {
+    if constexpr (Qk::kQShared) {
+      uint8_t* q_area = smem + Config::kSm80QOffset;
+      if (threadIdx.x < 32) Qk::store_shared(q_area, Qk::template load_q<Config::kQo>(q_row));
+      __syncthreads();
+      return typename Qk::QShared{q_area};
+    } else {
+      return Qk::template load_q<Config::kQo>(q_row);
+    }
+  }
+
   // The warp's tiles through its ring of stages: tile j + S - 1 is copied while tile j is
   // consumed. kOnePage: each tile lies in one page (its row 0 offset is the same on every
   // lane); else lane r < 16 holds the offset of row r.
   template <bool kOnePage>
   VXQA_DEVICE static void stream(const DecodeKernelArgs& a, const CtaWork& work, const Tiles& tiles, const Sequence& seq,
-                                 const typename Qk::QFragments& qf, uint8_t* warp_area, softmax::HeadPairState& st,
+                                 const typename Qk::QSource& qf, uint8_t* warp_area, softmax::HeadPairState& st,
                                  float (&o)[kMTiles][4], bool& bad_page) {
     const int lane = threadIdx.x & 31;
     const uint8_t* k_base = static_cast<const uint8_t*>(a.kv.k);
@@ -262,7 +275,7 @@ struct DecodeCtaSm80 {
   template <bool kOnePage>
   VXQA_DEVICE static void shared_stream(const DecodeKernelArgs& a, const CtaWork& work, const WarpRole& role,
                                         const LaneRowLimits& rows, const Tiles& tiles, const Sequence& seq,
-                                        const typename Qk::QFragments& qf, uint8_t* stream_area,
+                                        const typename Qk::QSource& qf, uint8_t* stream_area,
                                         softmax::HeadPairState& st, float (&o)[kMTiles][4], bool& bad_page,
                                         bool& zeroed) {
     const int lane = threadIdx.x & 31;

@@ -6,9 +6,7 @@
 // lane l (group r = l / 4, thread t = l % 4) reads, from each of its four token rows
 // {2t, 2t+1, 2t+8, 2t+9}, the same span of dims, and byte-permutes pairs of rows into the
 // A registers. The rows of an m-tile are a permutation of 16 dims (dim_of says which): a
-// lane's rows r and r + 8 are two neighbouring dims of its span. At head dim 512 a warp's M
-// is one part of 256 dims (Geometry::kParts), read from its part of each row as a 256-dim
-// row would be.
+// lane's rows r and r + 8 are two neighbouring dims of its span.
 #pragma once
 #include <cuda_fp16.h>
 #include <vxqa/arch/mma_m16n8k16.cuh>

@@ -12,6 +12,7 @@
 // (FP8) or 2 (fp16) k-steps.
 #pragma once
 #include <cuda_fp16.h>
+#include <type_traits>
 #include <vxqa/arch/mma_m16n8k16.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
@@ -39,9 +40,9 @@ struct Sm80TileGeometry {
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kDimsPerChunk = 16 / kElemBytes;
-  // PV: head dim 512 is cut into parts of 256 dims, each a warp's O (its accumulators stay
-  // at 64 a lane); the warps sharing a tile both run QK over whole rows.
-  static constexpr int kParts = kHeadDim > 256 ? kHeadDim / 256 : 1;
+  // PV: one warp holds all of a tile's head dims of O, at 512 too (128 accumulators a lane;
+  // Q's fragments then live in shared memory: Sm80QkConsumer::kQShared).
+  static constexpr int kParts = 1;
   static constexpr int kPartDims = kHeadDim / kParts;
   static constexpr int kPartBytes = kRowBytes / kParts;
 };
@@ -81,6 +82,16 @@ struct Sm80QkConsumer {
   struct QFragments {
     uint32_t q[kSteps][2];
   };
+  // Head dim 512: O takes 128 registers a lane, and Q's 64 more would spill, so the CTA keeps
+  // one copy of the fragments in shared memory, in fragment order (step s, lane l at
+  // 8 bytes at 8 (32 s + l): a warp's read of a step is 256 contiguous bytes), read a step
+  // at a time.
+  static constexpr bool kQShared = kHeadDim > 256;
+  static constexpr int kQSharedBytes = kQShared ? kSteps * 32 * 8 : 0;
+  struct QShared {
+    const uint8_t* area;
+  };
+  using QSource = std::conditional_t<kQShared, QShared, QFragments>;
 
 #if VXQA_IS_CUDA_COMPILER
   // `q_head_row`: the lane's head row of q (fp16 or bf16 bits, D contiguous), null for a
@@ -107,9 +118,17 @@ struct Sm80QkConsumer {
     return f;
   }
 
+  // The warp's copy of its fragments into the CTA's shared Q (kQShared; one warp writes it).
+  VXQA_DEVICE static void store_shared(uint8_t* q_area, const QFragments& f) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+      reinterpret_cast<uint2*>(q_area)[s * 32 + lane] = make_uint2(f.q[s][0], f.q[s][1]);
+  }
+
 #if VXQA_HAS_MMA_M16N8K16
   // s[e]: Sᵀ[token c_row(lane, e)][head c_col(lane, e)] of the tile (unscaled).
-  VXQA_DEVICE static void run(const uint8_t* k_tile, const QFragments& qf, float (&s)[4]) {
+  VXQA_DEVICE static void run(const uint8_t* k_tile, const QSource& qf, float (&s)[4]) {
     const int lane = threadIdx.x & 31;
     const int row = m16n8k16::group(lane), t = m16n8k16::thread_in_group(lane);
     // Even and odd k-steps accumulate apart: two chains of D/32 MMAs instead of one of D/16.
@@ -137,7 +156,15 @@ struct Sm80QkConsumer {
           a[3] = wh[2 * i + 1];
         }
         const int step = g * kStepsPerChunk + i;
-        const uint32_t b[2] = {qf.q[step][0], qf.q[step][1]};
+        uint32_t b[2];
+        if constexpr (kQShared) {
+          const uint2 q = reinterpret_cast<const uint2*>(qf.area)[step * 32 + lane];
+          b[0] = q.x;
+          b[1] = q.y;
+        } else {
+          b[0] = qf.q[step][0];
+          b[1] = qf.q[step][1];
+        }
         if constexpr (Geometry::kMmaIn == ActType::kBf16) {
           arch::mma_m16n8k16_row_col_bf16(acc[step & 1], a, b, acc[step & 1]);
         } else {
