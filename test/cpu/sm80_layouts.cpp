@@ -49,16 +49,14 @@ void check() {
   for (int lane = 0; lane < 32; ++lane)
     for (int e = 0; e < 4; ++e) REQUIRE(frag::b_row(lane, e) == Qk::k_slot(frag::thread_in_group(lane), e));
 
-  // PV: every (m-tile, element) of every lane is one (dim, head); all D x 8 once (at D 512
-  // each warp of a pair covers its part: dims part · P + dim_of).
+  // PV: every (m-tile, element) of every lane is one (dim, head); all D x 8 once, in one warp
+  // (at D 512 too).
   std::set<std::pair<int, int>> outputs;
-  constexpr int P = Pv::kPartDims;
-  for (int part = 0; part < G::kParts; ++part)
   for (int lane = 0; lane < 32; ++lane)
     for (int m = 0; m < Pv::kMTiles; ++m)
       for (int e = 0; e < 4; ++e) {
-        const int dim = part * P + Pv::dim_of(lane, m, e), head = Pv::head_of(lane, e);
-        REQUIRE((Pv::dim_of(lane, m, e) < P && dim >= 0 && dim < D && head >= 0 && head < 8));
+        const int dim = Pv::dim_of(lane, m, e), head = Pv::head_of(lane, e);
+        REQUIRE((dim >= 0 && dim < D && head >= 0 && head < 8));
         outputs.insert({dim, head});
         // Rows r and r + 8 of an m-tile are one lane's two neighbouring dims.
         if (e >= 2) REQUIRE(Pv::dim_of(lane, m, e) == Pv::dim_of(lane, m, e - 2) + 1);
@@ -85,18 +83,17 @@ void check() {
       INFO("K read g " << g << " rows +" << half);
       REQUIRE(conflict_ways(a, 16) == 1);
     }
-  // V reads: span (r + 8v) of each of the lane's four token rows, in the warp's part.
-  for (int part = 0; part < G::kParts; ++part)
-    for (int v = 0; v < Pv::kReads; ++v)
-      for (int j = 0; j < 4; ++j) {
-        std::vector<int> a(32);
-        for (int l = 0; l < 32; ++l) {
-          a[l] = V::offset(Pv::token_row(l, j), part * G::kPartBytes + (frag::group(l) + 8 * v) * Pv::kReadBytes);
-          REQUIRE(part * G::kPartBytes + Pv::read_offset(l, j, v) == a[l]);  // the consumer's shortcut
-        }
-        INFO("V read part " << part << " v " << v << " row " << j);
-        REQUIRE(conflict_ways(a, Pv::kReadBytes) == 1);
+  // V reads: span (r + 8v) of each of the lane's four token rows.
+  for (int v = 0; v < Pv::kReads; ++v)
+    for (int j = 0; j < 4; ++j) {
+      std::vector<int> a(32);
+      for (int l = 0; l < 32; ++l) {
+        a[l] = V::offset(Pv::token_row(l, j), (frag::group(l) + 8 * v) * Pv::kReadBytes);
+        REQUIRE(Pv::read_offset(l, j, v) == a[l]);  // the consumer's shortcut
       }
+      INFO("V read v " << v << " row " << j);
+      REQUIRE(conflict_ways(a, Pv::kReadBytes) == 1);
+    }
 
   // cp.async writes: every chunk of the tile once, inside the tile, 16-byte aligned and
   // conflict-free; and every 32-byte sector of a row whole (chunks 2s and 2s + 1 side by side

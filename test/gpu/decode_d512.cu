@@ -1,7 +1,8 @@
 // Decode kernel, head dim 512, against the float64 reference through the public API.
-// At D 512 two warps share each K/V tile, each owning 256 dims of O (WarpTileGeometry and
-// Sm80TileGeometry::kParts): the cases below cross every edge of that sharing — odd tile
-// counts per team, one team with no tile, split-KV with chunks that are not whole rounds.
+// At D 512 the SM70 body's two warps share each K/V tile, each owning 256 dims of O
+// (WarpTileGeometry::kParts), and the SM80 body's warps each own a tile with all of O and read
+// Q from the CTA's shared copy: the cases below cross every edge of both — odd tile counts per
+// team or warp, one with no tile, split-KV with chunks that are not whole rounds.
 #include "gpu/decode_harness.cuh"
 
 using namespace vxqa_test;

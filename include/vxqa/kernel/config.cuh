@@ -333,7 +333,7 @@ struct DecodeConfig {
                                      : Warps * 3 * kSm80StageBytes <= kSm80CtaSmemTarget ? 3
                                                                                          : 2;
   // The SM80 body's round (16-token tiles), which its plans pick multiples of.
-  static constexpr int kSm80CtaTokens = Sm80Geometry::kTokens * Warps / Sm80Geometry::kParts;
+  static constexpr int kSm80CtaTokens = Sm80Geometry::kTokens * Warps;  // a warp a tile, at every head dim
   // What every split-KV chunk must be a multiple of, whichever body runs it: the smaller
   // round. The SM70 body takes a chunk that is not whole rounds of its own as it takes a
   // sequence's short last chunk (its last warps get a tile fewer); the SM80 body's finer

@@ -51,24 +51,23 @@ struct DecodeCtaSm80 {
   using Variant = typename Config::Variant;
   static constexpr bool kMulti = Config::kMultiToken;
 
-  static constexpr int kParts = Geometry::kParts;
-  static constexpr bool kShared = kMulti || kParts > 1;  // a stream's warps share its tiles
+  static constexpr bool kShared = kMulti;  // a stream's warps share its tiles
   static_assert(!(kMulti && Qk::kQShared), "DecodeCtaSm80: multi-token queries stop at head dim 256");
 
-  // Where a warp stands: its 8-row tile, its part of D, its stream of tiles and the streams'
-  // count, and the stream's warps (sharers) with its place among them (one query token up
-  // to D 256: every warp a stream of its own over the same 8 rows).
+  // Where a warp stands: its 8-row tile, its stream of tiles and the streams' count, and the
+  // stream's warps (sharers) with its place among them (one query token: every warp a stream
+  // of its own over the same 8 rows).
   struct WarpRole {
-    int row_warps, row_tile, part, stream, streams, sharers, sharer;
+    int row_warps, row_tile, stream, streams, sharers, sharer;
   };
   VXQA_DEVICE static WarpRole warp_role(const DecodeKernelArgs& a) {
     const int warp = threadIdx.x >> 5;
     if constexpr (kMulti) {
       const int row_warps = a.row_warps;
-      return WarpRole{row_warps, warp % row_warps, 0, warp / row_warps, Config::kWarps / row_warps, row_warps,
+      return WarpRole{row_warps, warp % row_warps, warp / row_warps, Config::kWarps / row_warps, row_warps,
                       warp % row_warps};
     } else {
-      return WarpRole{1, 0, warp % kParts, warp / kParts, Config::kWarps / kParts, kParts, warp % kParts};
+      return WarpRole{1, 0, warp, Config::kWarps, 1, 0};
     }
   }
 
@@ -267,8 +266,8 @@ struct DecodeCtaSm80 {
     }
   }
 
-  // kShared: the stream's tiles, shared by its R warps (R = sharers: kMulti's row warps, or
-  // the parts of D 512). Warp u of the stream copies tiles j = u, u + R, ... through its own
+  // kShared: the stream's tiles, shared by its R warps (R = sharers: kMulti's row warps).
+  // Warp u of the stream copies tiles j = u, u + R, ... through its own
   // ring of kStages stages, tile j + (kStages - 1) R while tile j is consumed; every warp
   // consumes every tile after the stream's barrier. A stage is refilled R tiles after it was
   // consumed, so that barrier also tells its copier that every warp is done with it.
@@ -360,7 +359,7 @@ struct DecodeCtaSm80 {
     for (int j = 0; j < tiles.count; ++j) {
       uint32_t p[2];
       const uint8_t* v_tile = up_to_pv(j, p);
-      Pv::run(v_tile, p, o, role.part);
+      Pv::run(v_tile, p, o);
     }
   }
 
@@ -436,8 +435,7 @@ struct DecodeCtaSm80 {
     const WarpRole role = warp_role(a);  // worked out again: not a register held through the loop
     static_assert(Config::kThreads % 32 == 0, "DecodeCtaSm80: a thread's fragments must all be of one lane");
     const int lane = threadIdx.x & 31;
-    // This warp merges the streams' warps of its row tile: warps s · sharers + row_tile (the
-    // parts of D 512 hold the same (m, l): part 0's are read).
+    // This warp merges the streams' warps of its row tile: warps s · sharers + row_tile.
     const int head0 = role.row_tile * 8 + Pv::head_of(lane, 0);  // element e holds row head0 + (e & 1)
     if (head0 >= work.heads) return;
     const int merged0 = role.row_tile;
@@ -481,7 +479,7 @@ struct DecodeCtaSm80 {
     }
     const Row row0(a, work, q0, l[0], __fdividef(out_scale * fold[0], l[0]), bad_page);
     const Row row1(a, work, q1, l[1], __fdividef(out_scale * fold[1], l[1]), bad_page);
-    if (role.stream == 0 && role.part == 0 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
+    if (role.stream == 0 && Pv::dim_of(lane, 0, 0) == 0) {  // the lanes whose first fragment holds dim 0
       store_head_stats(a, work, q0, mx[0], l[0], bad_page, sink_folded);
       if (second) store_head_stats(a, work, q1, mx[1], l[1], bad_page, sink_folded);
     }
@@ -495,7 +493,6 @@ struct DecodeCtaSm80 {
   // The thread's fragments (lane `threadIdx.x % 32`, m-tiles stream + j · streams), each the
   // weighted sum of its row tile's warps' and written as two pairs of neighbouring dims, one
   // a head (elements e and e + 2 are dims d and d + 1 of head e: Sm80PvConsumer::dim_of).
-  // At D 512 the m-tiles of both parts are counted together: m-tile m is part m / kMTiles's.
   template <bool kSplit>
   VXQA_DEVICE static void write_fragments(const uint8_t* smem, const WarpRole& role,
                                           const float (&weight)[Config::kWarps][2], const Row& row0, const Row& row1,
@@ -504,15 +501,13 @@ struct DecodeCtaSm80 {
     // One query token: m-tile (threadIdx.x + j · threads) / 32, as before multi-token
     // queries (warp + j · W written from the warp role made ptxas 11.8 spill 4 bytes in
     // the window Config at D 256 for sm_90).
-    constexpr int kAllMTiles = kMTiles * kParts;
     const int count = kMulti ? (kMTiles + role.streams - 1) / role.streams
-                             : (kAllMTiles * 32 + Config::kThreads - 1) / Config::kThreads;
+                             : (kMTiles * 32 + Config::kThreads - 1) / Config::kThreads;
 #pragma unroll 1
     for (int j = 0; j < count; ++j) {
-      const int m_all = kMulti ? role.stream + j * role.streams : int(threadIdx.x + j * Config::kThreads) / 32;
-      if (m_all >= kAllMTiles) break;
-      const int part_of_m = m_all / kMTiles, m = m_all % kMTiles;
-      const int sharer = kMulti ? role.row_tile : part_of_m;  // the stream's warp that holds it
+      const int m = kMulti ? role.stream + j * role.streams : int(threadIdx.x + j * Config::kThreads) / 32;
+      if (m >= kMTiles) break;
+      const int sharer = kMulti ? role.row_tile : 0;  // the stream's warp that holds it
       float4 part[Config::kWarps];
 #pragma unroll
       for (int w = 0; w < Config::kWarps; ++w) {
@@ -528,7 +523,7 @@ struct DecodeCtaSm80 {
         o.z += part[w].z * weight[w][0];
         o.w += part[w].w * weight[w][1];
       }
-      const int dim = part_of_m * Pv::kPartDims + Pv::dim_of(lane, m, 0);
+      const int dim = Pv::dim_of(lane, m, 0);
       row0.template store_pair<kSplit>(dim, o.x, o.z);
       if (second) row1.template store_pair<kSplit>(dim, o.y, o.w);
     }

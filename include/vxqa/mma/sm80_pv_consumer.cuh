@@ -34,18 +34,17 @@ struct Sm80VTileLayout {
 template <class Geometry>
 struct Sm80PvConsumer {
   using Layout = Sm80VTileLayout<Geometry>;
-  static constexpr int kPartDims = Geometry::kPartDims;  // the head dims of one warp's O
   using Decode = typename Geometry::Decode;
   static constexpr bool kFp8 = Decode::kConverts;
-  static constexpr int kMTiles = kPartDims / 16;
+  static constexpr int kMTiles = Geometry::kHeadDimV / 16;  // all of O's head dims, a warp
   // A lane's span of one read: 16 bytes, or 8 where a row is too short for 8 lanes x 16.
-  static constexpr int kReadBytes = Geometry::kPartBytes / 8 < 16 ? Geometry::kPartBytes / 8 : 16;
-  static constexpr int kReads = Geometry::kPartBytes / (8 * kReadBytes);  // per token row (part)
+  static constexpr int kReadBytes = Geometry::kRowBytes / 8 < 16 ? Geometry::kRowBytes / 8 : 16;
+  static constexpr int kReads = Geometry::kRowBytes / (8 * kReadBytes);  // per token row
   static constexpr int kWordsPerRead = kReadBytes / 4;
   static_assert(kReads * kWordsPerRead * (kFp8 ? 2 : 1) == kMTiles,
                 "Sm80PvConsumer: the reads must cover every m-tile once");
 
-  // Head dim, within the part, of accumulator element e of m-tile m on `lane` (its row in Oᵀ).
+  // Head dim of accumulator element e of m-tile m on `lane` (its row in Oᵀ).
   VXQA_HD static int dim_of(int lane, int m, int e) {
     const int r = m16n8k16::group(lane), row_half = e >> 1;  // rows r and r + 8
     if (kFp8) {  // word w of read v holds dims +0..3: m-tile 2p takes +0/+1, 2p + 1 takes +2/+3
@@ -72,9 +71,8 @@ struct Sm80PvConsumer {
 
 #if VXQA_IS_CUDA_COMPILER && VXQA_HAS_MMA_M16N8K16
   // p[0], p[1]: the B fragment of Pᵀ (f16x2, bf16x2 for a bf16 cache; tokens 2t..2t+1 and
-  // 2t+8..2t+9 of head lane/4). `part`: which kPartDims of the rows (0 but at D 512).
-  VXQA_DEVICE static void run(const uint8_t* v_tile, const uint32_t (&p)[2], float (&o)[kMTiles][4], int part = 0) {
-    v_tile += part * Geometry::kPartBytes;
+  // 2t+8..2t+9 of head lane/4).
+  VXQA_DEVICE static void run(const uint8_t* v_tile, const uint32_t (&p)[2], float (&o)[kMTiles][4]) {
 #pragma unroll
     for (int v = 0; v < kReads; ++v) {
       uint32_t w[4][kWordsPerRead];
@@ -90,7 +88,7 @@ struct Sm80PvConsumer {
   }
 
   // Sets every NaN or infinite V value of the tile's tokens outside [lo, hi) (relative to
-  // the tile) to 0, in every part; whether the lane set one. For the tiles whose keys some
+  // the tile) to 0; whether the lane set one. For the tiles whose keys some
   // rows do not see: P is 0 there for them, and 0 · NaN would reach them.
   VXQA_DEVICE static bool zero_non_finite_outside(uint8_t* v_tile, int lo, int hi) {
     constexpr int kChunks = Geometry::kRowBytes / 16;

@@ -40,11 +40,6 @@ struct Sm80TileGeometry {
   static constexpr int kRowBytes = kHeadDim * kElemBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kDimsPerChunk = 16 / kElemBytes;
-  // PV: one warp holds all of a tile's head dims of O, at 512 too (128 accumulators a lane;
-  // Q's fragments then live in shared memory: Sm80QkConsumer::kQShared).
-  static constexpr int kParts = 1;
-  static constexpr int kPartDims = kHeadDim / kParts;
-  static constexpr int kPartBytes = kRowBytes / kParts;
 };
 
 // K tile: rows of D·E bytes, 16-byte chunks XOR-swizzled by the row's parity. A quarter warp
