@@ -12,7 +12,6 @@
 // (FP8) or 2 (fp16) k-steps.
 #pragma once
 #include <cuda_fp16.h>
-#include <type_traits>
 #include <vxqa/arch/mma_m16n8k16.cuh>
 #include <vxqa/common.cuh>
 #include <vxqa/mma/fragments_m16n8k16.cuh>
@@ -86,7 +85,16 @@ struct Sm80QkConsumer {
   struct QShared {
     const uint8_t* area;
   };
-  using QSource = std::conditional_t<kQShared, QShared, QFragments>;
+  // What the main loop holds of Q (no <type_traits>: NVRTC builds this header too).
+  template <bool kShared, int = 0>
+  struct QSourceOf {
+    using Type = QFragments;
+  };
+  template <int kUnused>
+  struct QSourceOf<true, kUnused> {
+    using Type = QShared;
+  };
+  using QSource = typename QSourceOf<kQShared>::Type;
 
 #if VXQA_IS_CUDA_COMPILER
   // `q_head_row`: the lane's head row of q (fp16 or bf16 bits, D contiguous), null for a
