@@ -35,3 +35,7 @@ TEST_CASE("reduced matrix: D128 E5M2 converted at publish", "[sanitize_reduced]"
 TEST_CASE("reduced matrix: D64 fp16", "[sanitize_reduced]") {
   reduced<vxqa::DecodeConfig<64, vxqa::KvType::kFp16>>(300);
 }
+// D 512: Q's fragments in one shared copy a CTA (SM80 body), the teams' exchange (SM70 body).
+TEST_CASE("reduced matrix: D512 E5M2", "[sanitize_reduced]") {
+  reduced<vxqa::DecodeConfig<512, vxqa::KvType::kE5M2>>(400);
+}
