@@ -9,11 +9,12 @@
 // value times 2^-8, for every finite code, subnormals included: a normal (1 + m/8) · 2^(e-7)
 // becomes (1 + m/8) · 2^(e-15), a subnormal m · 2^-9 the fp16 subnormal m · 2^7 · 2^-24.
 // The missing 2^8 (kE4m3HalfScale) joins the dequantisation scale (k_scale, v_scale), so it
-// costs nothing a code. The two NaN codes land on ±1.875 (magnitude bits 0x3F80), which no
-// finite code reaches; adding 0x80 carries into bit 14 exactly there, and OR-ing that bit
-// in makes them 0x7F80 / 0xFF80, fp16 NaNs. Two codes make a half2 in five instructions:
-// PRMT (each code to the low byte of a half, its sign replicated into the high byte), SHF,
-// LOP3, IADD, LOP3; E5M2 takes one PRMT.
+// costs nothing a code. The two NaN codes would land on ±1.875 (magnitude bits 0x3F80), which
+// no finite code reaches. Two codes make a half2 in four instructions (E5M2 takes one PRMT):
+// PRMT (each code to the low byte of a half, zeros above), a shift by 7 (the code at bits
+// 14:7, its sign at 14), an IADD of 0xC080 a half, and one LOP3 that takes bits 13:0 from
+// the shifted codes and bits 15:14 from the XNOR of both (e4m3_pair_to_half2_bits_scaled says
+// why that puts the sign at 15, clears 14, and makes the NaN codes 0xFF80, an fp16 NaN).
 //
 // Encode rounds to nearest, ties to even, saturating: |x| >= 448 and ±inf give ±448 (0x7E /
 // 0xFE), every NaN gives 0x7F, as cuda_fp8.h's __nv_cvt_float_to_fp8(x, __NV_SATFINITE,
@@ -53,18 +54,23 @@ VXQA_HD uint32_t byte_perm_signed(uint32_t lo, uint32_t hi, uint32_t selector) {
 #endif
 }
 
-// Codes kLo and kLo + 1 of `word` as the bits of a half2, each the code's value / 256.
+// Codes kLo and kLo + 1 of `word` as the bits of a half2, each the code's value / 256 (the
+// NaN codes: 0xFF80, NaN whatever their sign bit).
 template <int kLo>
 VXQA_HD uint32_t e4m3_pair_to_half2_bits_scaled(uint32_t word) {
   static_assert(kLo == 0 || kLo == 2, "e4m3: a pair is bytes 0,1 or bytes 2,3 of a word");
-  // Byte kLo in byte 0, its sign over byte 1; byte kLo + 1 in byte 2, its sign over byte 3.
-  constexpr uint32_t kSelector = kLo == 0 ? 0x9180u : 0xB3A2u;
-  const uint32_t spread = byte_perm_signed(word, 0u, kSelector);
-  // Each half: the code's 7 magnitude bits to bits 13:7 and its sign to bit 15; the shift
-  // carries the low half's sign copies into the high half's bits 6:0, which the mask clears.
-  const uint32_t half2 = (spread << 7) & 0xBF80BF80u;
-  const uint32_t nan_bit = (half2 + 0x00800080u) & 0x40004000u;  // set only from 0x3F80
-  return half2 | nan_bit;
+  // Byte kLo in byte 0, byte kLo + 1 in byte 2, zeros (byte 4 of {0, word}) in bytes 1 and 3.
+  constexpr uint32_t kSelector = kLo == 0 ? 0x4140u : 0x4342u;
+  // Each half: magnitude m at bits 13:7, sign s at 14, zeros elsewhere.
+  const uint32_t shifted = byte_perm_signed(word, 0u, kSelector) << 7;
+  // Adding 0x80 carries into bit 14 only where m = 0x7F (the NaN codes: n = 1); with 1 more
+  // at bits 14 and 15, bits 15:14 of a half become NOT(s | n), NOT(s ^ n) (the low half's
+  // carry out lands on bit 16, one of the zeros bits 22:16 keep, the high half's drops off).
+  const uint32_t sum = shifted + 0xC080C080u;
+  // XNOR with the shifted bits 15:14 (0, s): bit 15 = s | n, bit 14 = n. A finite code keeps
+  // its sign at 15 and a clear 14; a NaN code gets 0xFF80. Bits 13:0 are the shifted ones.
+  constexpr uint32_t kTop = 0xC000C000u;
+  return (shifted & ~kTop) | (~(shifted ^ sum) & kTop);
 }
 
 }  // namespace detail
