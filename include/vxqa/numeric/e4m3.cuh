@@ -54,6 +54,26 @@ VXQA_HD uint32_t byte_perm_signed(uint32_t lo, uint32_t hi, uint32_t selector) {
 #endif
 }
 
+// lop3.b32: each result bit is bit (a << 2 | b << 1 | c) of kLut, where a, b and c are that
+// bit of the three operands (kLut = the function applied to 0xF0, 0xCC and 0xAA). ptxas
+// does not always fold such an expression written in C++ into one LOP3; this does.
+template <uint32_t kLut>
+VXQA_HD uint32_t lop3(uint32_t a, uint32_t b, uint32_t c) {
+  static_assert(kLut <= 0xFFu, "lop3: the table is 8 bits");
+#if defined(__CUDA_ARCH__)
+  uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, %4;\n" : "=r"(out) : "r"(a), "r"(b), "r"(c), "n"(kLut));
+  return out;
+#else
+  uint32_t out = 0;
+  for (int bit = 0; bit < 32; ++bit) {
+    const uint32_t index = ((a >> bit) & 1u) << 2 | ((b >> bit) & 1u) << 1 | ((c >> bit) & 1u);
+    out |= ((kLut >> index) & 1u) << bit;
+  }
+  return out;
+#endif
+}
+
 // Codes kLo and kLo + 1 of `word` as the bits of a half2, each the code's value / 256 (the
 // NaN codes: 0xFF80, NaN whatever their sign bit).
 template <int kLo>
@@ -70,7 +90,8 @@ VXQA_HD uint32_t e4m3_pair_to_half2_bits_scaled(uint32_t word) {
   // XNOR with the shifted bits 15:14 (0, s): bit 15 = s | n, bit 14 = n. A finite code keeps
   // its sign at 15 and a clear 14; a NaN code gets 0xFF80. Bits 13:0 are the shifted ones.
   constexpr uint32_t kTop = 0xC000C000u;
-  return (shifted & ~kTop) | (~(shifted ^ sum) & kTop);
+  constexpr uint32_t kXnorUnderTop = (0xAAu & ~(0xF0u ^ 0xCCu)) | (~0xAAu & 0xF0u);  // c ? ~(a ^ b) : a
+  return lop3<kXnorUnderTop & 0xFFu>(shifted, sum, kTop);
 }
 
 }  // namespace detail

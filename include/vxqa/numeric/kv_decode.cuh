@@ -5,7 +5,7 @@
 // picks the converter at compile time:
 //   E5M2  one PRMT a pair of codes, exact (numeric/e5m2.cuh);
 //   E4M3  the hardware cvt a pair on sm_89 and newer (exact values), else the bit-move of
-//         numeric/e4m3.cuh: five instructions a pair, each value short of 2^8;
+//         numeric/e4m3.cuh: four instructions a pair, each value short of 2^8;
 //   fp16, bf16  nothing to decode (bf16 goes to the bf16 MMA of the SM80 body).
 // The 2^8 joins the scales where they are applied once (the scores' scale, the outputs'),
 // never a code: factor() says what it is on the arch being compiled, so the host never
