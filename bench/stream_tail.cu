@@ -17,8 +17,14 @@
 //   last     the sequence's last CTA to take a ticket merges every chunk of it;
 //   slices   every CTA of a sequence takes a ticket, waits until the sequence's tickets are
 //            all taken (the grid is one wave: every CTA is resident), then merges its slice
-//            of the rows' dims, so the merge is spread over the sequence's CTAs.
-// All three fold the chunks in index order: their outputs must agree bit for bit.
+//            of the rows' dims, so the merge is spread over the sequence's CTAs;
+//   cluster  (sm_90) a sequence's chunks are one thread-block cluster: each CTA keeps its
+//            partial in its own shared memory, and after the cluster's barrier merges its
+//            slice of the rows reading every CTA's partial through distributed shared
+//            memory. No partial goes to global memory, no ticket, no fence.
+// "combine, PDL" is the second kernel launched as a programmatic dependent (the library's
+// way): its CTAs wait on the SMs while the first kernel streams.
+// All of them fold the chunks in index order: their outputs must agree bit for bit.
 // A unit's sequence is found by a scan of the units' starts; kSharedIndex (the default) scans
 // a copy in shared memory each CTA loads once, where the first version scanned global memory,
 // one dependent load a sequence (up to 16 round trips before a unit's first copy): "dynamic,
@@ -31,6 +37,7 @@
 // a 50 % hit rate; the first versions of the dynamic and flowing rows ran that way).
 //
 //   vxqa_stream_tail                         the merges, then every schedule's rows
+//   vxqa_stream_tail --merges                the merges alone, more chunk counts
 //   vxqa_stream_tail --claims                the dynamic kernel's ablations (Claim) and the
 //                                            flowing rows, twice
 //   vxqa_stream_tail --only KIND UNIT_TOKENS one row (static, dynamic, block-only or
@@ -45,7 +52,10 @@
 #include <random>
 #include <vector>
 
+#include <cooperative_groups.h>
+
 #include <vxqa/arch/cp_async.cuh>
+#include <vxqa/arch/grid_dependency.cuh>
 
 #include "../examples/gpu_timing.cuh"
 #include "bench_shapes.cuh"
@@ -259,32 +269,33 @@ __global__ void __launch_bounds__(kThreads) static_kernel(Args a) {
   finish(a, blockIdx.y * gridDim.x + blockIdx.x, x, begin < end);
 }
 
-enum class Merge { kNone, kCombine, kLast, kSlices };
+enum class Merge { kNone, kCombine, kCombinePdl, kLast, kSlices, kCluster };
 
-// This CTA's partial: made-up rows that depend on every word read (x), and a made-up (m, l).
+// A CTA's partial: made-up rows that depend on every word read (x), and a made-up (m, l).
+__device__ float partial_value(uint32_t x, int i) { return float((x >> (i & 15)) & 0xFFu) * (1.f / 256.f) + float(i & 7); }
+__device__ float2 partial_ml(int chunk, int row) { return make_float2(float((chunk + row) % 5), 1.f + float(chunk)); }
+
 __device__ void write_partial(const Args& a, int seq, int chunk, uint32_t x) {
   const int64_t slot = int64_t(seq) * a.chunks + chunk;
-  for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x)
-    a.partial_o[slot * kRows * kD + i] = float((x >> (i & 15)) & 0xFFu) * (1.f / 256.f) + float(i & 7);
-  if (threadIdx.x < kRows)
-    reinterpret_cast<float2*>(a.partial_ml)[slot * kRows + threadIdx.x] =
-        make_float2(float((chunk + threadIdx.x) % 5), 1.f + float(chunk));
+  for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x) a.partial_o[slot * kRows * kD + i] = partial_value(x, i);
+  if (threadIdx.x < kRows) reinterpret_cast<float2*>(a.partial_ml)[slot * kRows + threadIdx.x] = partial_ml(chunk, threadIdx.x);
 }
 
 // Outputs [first, end) of sequence seq's kRows x kD, each the chunks' rows in index order
 // weighted by 2^(m - max) over the weighted sum of l. As the library's combine: each row's
 // weights worked out once into shared memory, then a thread's loads of its outputs all
-// independent. Reads bypass L1 (other SMs wrote them). Every thread of the CTA calls it.
+// independent. ml(c, r) and o(c, i) read chunk c's (m, l) of row r and its output i. Every
+// thread of the CTA calls it.
 constexpr int kMaxChunks = 32;
-__device__ void merge_outputs(const Args& a, int seq, int n, int first, int end) {
+template <class Ml, class O>
+__device__ void merge_outputs(const Args& a, int seq, int n, int first, int end, Ml ml, O o) {
   __shared__ float weight[kRows][kMaxChunks], sum_l[kRows][kMaxChunks];
-  const int64_t base = int64_t(seq) * a.chunks;
   const int row0 = first / kD, rows = (end - 1) / kD - row0 + 1;
   for (int i = threadIdx.x; i < rows * n; i += blockDim.x) {  // the (m, l) of the rows touched
     const int r = row0 + i / n, c = i % n;
-    const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + (base + c) * kRows + r);
-    weight[r][c] = ml.x;
-    sum_l[r][c] = ml.y;
+    const float2 v = ml(c, r);
+    weight[r][c] = v.x;
+    sum_l[r][c] = v.y;
   }
   __syncthreads();
   if (threadIdx.x < rows) {  // a thread a row: m's max, then the weights over their sum
@@ -302,9 +313,18 @@ __device__ void merge_outputs(const Args& a, int seq, int n, int first, int end)
     const int row = i / kD;
     float acc = 0.f;
 #pragma unroll 4
-    for (int c = 0; c < n; ++c) acc += __ldcg(a.partial_o + (base + c) * kRows * kD + i) * weight[row][c];
+    for (int c = 0; c < n; ++c) acc += o(c, i) * weight[row][c];
     a.out[int64_t(seq) * kRows * kD + i] = acc;
   }
+}
+
+// The partials in global memory (reads bypass L1: other SMs wrote them).
+__device__ void merge_outputs(const Args& a, int seq, int n, int first, int end) {
+  const int64_t base = int64_t(seq) * a.chunks;
+  merge_outputs(
+      a, seq, n, first, end,
+      [&](int c, int r) { return __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + (base + c) * kRows + r); },
+      [&](int c, int i) { return __ldcg(a.partial_o + (base + c) * kRows * kD + i); });
 }
 
 __device__ int chunks_of_sequence(const Args& a, int seq) { return (a.lengths[seq] + a.unit_tokens - 1) / a.unit_tokens; }
@@ -314,6 +334,7 @@ template <Merge kMerge>
 __global__ void __launch_bounds__(kThreads) static_merge_kernel(Args a) {
   extern __shared__ __align__(128) uint4 smem[];
   __shared__ int ticket;
+  if constexpr (kMerge == Merge::kCombinePdl) vxqa::arch::launch_dependents();
   const int seq = blockIdx.y, chunk = blockIdx.x, begin = chunk * a.unit_tokens;
   const int end = min(a.lengths[seq], begin + a.unit_tokens);
   if (begin >= end) return;
@@ -348,10 +369,47 @@ __global__ void __launch_bounds__(kThreads) static_merge_kernel(Args a) {
   }
 }
 
-// grid (batch, kRows), a thread a dim: the second kernel of Merge::kCombine.
+// grid (batch, kRows), a thread a dim: the second kernel of Merge::kCombine (and, launched as
+// a programmatic dependent, of kCombinePdl: it waits here for the first kernel's partials).
 __global__ void __launch_bounds__(kD) combine_kernel(Args a) {
+  vxqa::arch::grid_dependency_wait();
   const int seq = blockIdx.x, row = blockIdx.y;
   merge_outputs(a, seq, chunks_of_sequence(a, seq), row * kD, (row + 1) * kD);
+}
+
+// grid (chunks, batch), a cluster a sequence (its chunks CTAs, rank = chunk): Merge::kCluster.
+// Each CTA's partial goes into its own shared memory, where its copies were; after the
+// cluster's barrier (release / acquire: the partials are visible), CTA c merges slice c of
+// the rows, reading every CTA's partial through distributed shared memory; a second barrier
+// keeps every CTA's shared memory alive until its readers are done. A CTA past the
+// sequence's end streams nothing but still takes both barriers.
+__global__ void __launch_bounds__(kThreads) cluster_merge_kernel(Args a) {
+  extern __shared__ __align__(128) uint4 smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int seq = blockIdx.y, chunk = blockIdx.x, begin = chunk * a.unit_tokens;
+  const int end = min(a.lengths[seq], begin + a.unit_tokens);
+  const int n = chunks_of_sequence(a, seq);
+  const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
+  __syncthreads();  // every thread's reads of the stages, before the partial overwrites them
+  float* part_o = reinterpret_cast<float*>(smem);
+  float2* part_ml = reinterpret_cast<float2*>(part_o + kRows * kD);
+  if (begin < end) {
+    for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x) part_o[i] = partial_value(x, i);
+    if (threadIdx.x < kRows) part_ml[threadIdx.x] = partial_ml(chunk, threadIdx.x);
+  }
+  cluster.sync();
+  if (chunk < n) {
+    const int slice = (kRows * kD + n - 1) / n;
+    const int first = chunk * slice, last = min(kRows * kD, (chunk + 1) * slice);
+    if (first < last)
+      merge_outputs(
+          a, seq, n, first, last, [&](int c, int r) { return cluster.map_shared_rank(part_ml, c)[r]; },
+          [&](int c, int i) { return cluster.map_shared_rank(part_o, c)[i]; });
+  }
+  cluster.sync();
+#endif
 }
 
 // How a CTA of the dynamic kernel finds its units: kCounter, each from the counter (the
@@ -399,6 +457,12 @@ __global__ void __launch_bounds__(kThreads) flowing_kernel(Args a, int batch) {
 // The static chunks of unit_tokens, their partials merged each way (Merge), the same run:
 // µs a step (median of 30 samples of 10 steps back to back, CUDA events) and whether the outputs
 // agree bit for bit with the combine kernel's; the tickets must be back at zero after.
+int prop_major(int device) {
+  int major = 0;
+  DEMO_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
+
 void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_tokens) {
   const int batch = int(lengths.size());
   int chunks = 0;
@@ -421,9 +485,40 @@ void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_t
   std::vector<float> want;
   bool one_wave = false;
   int resident = 0;
+  // The cluster row: a cluster a sequence, chunks CTAs (16 needs the non-portable size).
+  cudaLaunchAttribute cluster_dim{};
+  cluster_dim.id = cudaLaunchAttributeClusterDimension;
+  cluster_dim.val.clusterDim.x = unsigned(chunks);
+  cluster_dim.val.clusterDim.y = cluster_dim.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cluster_launch{};
+  cluster_launch.gridDim = dim3(chunks, batch);
+  cluster_launch.blockDim = dim3(kThreads);
+  cluster_launch.dynamicSmemBytes = kSmemBytes;
+  cluster_launch.attrs = &cluster_dim;
+  cluster_launch.numAttrs = 1;
+  int active_clusters = 0;
+  const bool clusters = prop_major(0) >= 9 && chunks <= 16;
+  if (clusters) {
+    DEMO_CHECK(cudaFuncSetAttribute(cluster_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    DEMO_CHECK(cudaFuncSetAttribute(cluster_merge_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    DEMO_CHECK(cudaOccupancyMaxActiveClusters(&active_clusters, cluster_merge_kernel, &cluster_launch));
+  }
+  // The PDL row's second launch: the combine kernel as a programmatic dependent.
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t combine_launch{};
+  combine_launch.gridDim = dim3(batch, kRows);
+  combine_launch.blockDim = dim3(kD);
+  combine_launch.attrs = &pdl;
+  combine_launch.numAttrs = 1;
   auto run = [&](const char* what, Merge merge) {
     if (merge == Merge::kSlices && !one_wave) {
       std::printf("merge %-8s skipped: %d CTAs, %d resident\n", what, chunks * batch, resident * sms);
+      return;
+    }
+    if (merge == Merge::kCluster && !clusters) {
+      std::printf("merge %-8s skipped: %d chunks a sequence (at most 16, on sm_90)\n", what, chunks);
       return;
     }
     const dim3 grid(chunks, batch);
@@ -434,8 +529,13 @@ void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_t
           static_merge_kernel<Merge::kCombine><<<grid, kThreads, kSmemBytes>>>(a);
           combine_kernel<<<dim3(batch, kRows), kD>>>(a);
           break;
+        case Merge::kCombinePdl:
+          static_merge_kernel<Merge::kCombinePdl><<<grid, kThreads, kSmemBytes>>>(a);
+          DEMO_CHECK(cudaLaunchKernelEx(&combine_launch, combine_kernel, a));
+          break;
         case Merge::kLast: static_merge_kernel<Merge::kLast><<<grid, kThreads, kSmemBytes>>>(a); break;
         case Merge::kSlices: static_merge_kernel<Merge::kSlices><<<grid, kThreads, kSmemBytes>>>(a); break;
+        case Merge::kCluster: DEMO_CHECK(cudaLaunchKernelEx(&cluster_launch, cluster_merge_kernel, a)); break;
       }
     };
     DEMO_CHECK(cudaMemset(a.out, 0xFF, outs * sizeof(float)));  // NaN: a row not written shows
@@ -454,19 +554,25 @@ void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_t
     } else if (merge != Merge::kNone) {
       agree = std::memcmp(got.data(), want.data(), outs * sizeof(float)) == 0 ? ", outputs agree" : ", OUTPUTS DIFFER";
     }
-    std::printf("merge %-8s unit %5d tokens, %d x %d CTAs: %7.2f us%s%s\n", what, unit_tokens, chunks, batch, us,
+    std::printf("merge %-12s unit %5d tokens, %d x %d CTAs: %7.2f us%s%s\n", what, unit_tokens, chunks, batch, us,
                 agree, reset ? "" : ", COUNTERS NOT BACK AT ZERO");
   };
   for (void (*kernel)(Args) : {static_merge_kernel<Merge::kNone>, static_merge_kernel<Merge::kCombine>,
-                               static_merge_kernel<Merge::kLast>, static_merge_kernel<Merge::kSlices>})
+                               static_merge_kernel<Merge::kCombinePdl>, static_merge_kernel<Merge::kLast>,
+                               static_merge_kernel<Merge::kSlices>})
     DEMO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   DEMO_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, static_merge_kernel<Merge::kSlices>, kThreads,
                                                            kSmemBytes));
   one_wave = resident * sms >= chunks * batch;  // the slices' wait needs every CTA resident
+  if (clusters) std::printf("merge: clusters of %d CTAs, %d resident at once\n", chunks, active_clusters);
   run("none", Merge::kNone);
   run("combine", Merge::kCombine);
+  run("combine, PDL", Merge::kCombinePdl);
   run("last", Merge::kLast);
   run("slices", Merge::kSlices);
+  run("cluster", Merge::kCluster);
+  run("none", Merge::kNone);
+  run("cluster", Merge::kCluster);
   for (void* p : {static_cast<void*>(a.partial_o), static_cast<void*>(a.partial_ml), static_cast<void*>(a.tickets),
                   static_cast<void*>(a.done), static_cast<void*>(a.out)})
     DEMO_CHECK(cudaFree(p));
@@ -598,6 +704,10 @@ int main(int argc, char** argv) {
       for (int unit : {1216, 608, 304, 160, 80}) measure("flowing", unit, kFlowing);
       for (int unit : {1216, 608, 304, 160, 80, 48}) measure("flowing, late claim", unit, kFlowingLate);
     }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--merges") == 0) {  // the merges alone, at 16, 8, 13 and 4 chunks a sequence
+    for (int unit : {1216, 2368, 1520, 4864}) merge_rows(a, lengths, sms, unit);
     return 0;
   }
   for (int unit : {1216, 2368, 608}) merge_rows(a, lengths, sms, unit);
