@@ -15,6 +15,10 @@
 #   wgmma-rows.log                       the warpgroup-MMA prototype of a multi-token body (step "wgmma", sm_90)
 #   stream-tail.log stream-tail-claims.log  static chunks against units from a counter, and a step's partials
 #                                        merged three ways, bytes alone; the dynamic kernel's ablations (step "streamtail")
+#   merges.log                           a step's partials merged five ways (a thread-block cluster's among
+#                                        them), bytes alone (step "merges", sm_90)
+#   raceprobe-*.log                      racecheck's hazards in the SM70 body's D 512 launches, case by case and
+#                                        with launches serialised (step "raceprobe")
 #   dims-split.log                       the multi-token prototype whose warps split the head dims (step "dimssplit")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
@@ -172,6 +176,28 @@ step_sanitize() {
       note "$tool$v: rc $?, $((SECONDS - start)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool$v.log" | tail -1)"
     done
   done
+}
+
+step_raceprobe() {  # the SM70 body's D 512 racecheck hazards (docs/performance.md, "a racecheck finding"): what they follow
+  local bin=./build-gpu/test/vxqa_gpu_tests_sm70 d512="reduced matrix: D512 E5M2" d64="reduced matrix: D64 fp16"
+  probe() {  # probe NAME ENV FILTER: racecheck's hazards, each with its threads and address
+    local start=$SECONDS
+    env $2 timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $bin "$3" \
+      >"$out/raceprobe-$1.log" 2>&1
+    note "raceprobe $1: rc $?, $((SECONDS - start)) s: $(grep -E 'RACECHECK SUMMARY' "$out/raceprobe-$1.log" | tail -1)"
+  }
+  probe all X=1 "[sanitize_reduced]"
+  probe all-blocking CUDA_LAUNCH_BLOCKING=1 "[sanitize_reduced]"
+  probe d512-alone X=1 "$d512"
+  probe d64-then-d512 X=1 "$d64,$d512"
+  probe d512-then-d64 X=1 "$d512,$d64"
+}
+
+step_merges() {  # a step's partials merged five ways, the cluster's among them, bytes alone (bench/stream_tail.cu --merges)
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_stream_tail --merges >"$out/merges.log" 2>&1
+  note "merges: rc $?, $((SECONDS - start)) s"
+  cat "$out/merges.log"
 }
 
 step_bench() {
