@@ -18,7 +18,8 @@
 #   merges.log                           a step's partials merged five ways (a thread-block cluster's among
 #                                        them), bytes alone (step "merges", sm_90)
 #   raceprobe-*.log                      racecheck's hazards in the SM70 body's D 512 launches, case by case and
-#                                        with launches serialised (step "raceprobe")
+#                                        with launches serialised, and in the same pattern alone
+#                                        (bench/racecheck_probe.cu; step "raceprobe")
 #   dims-split.log                       the multi-token prototype whose warps split the head dims (step "dimssplit")
 #   experiment.json experiment.log       the benchmark over chunk sizes, warps and stages (step
 #                                        "experiment"); plans.json plans.log, every shape's default
@@ -109,7 +110,8 @@ step_build() {
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${VXQA_GPU_ARCH:-$(gpu_arch)}" \
     -DVXQA_SM70_AUDIT=OFF ${CATCH2_PREFIX:+-DCMAKE_PREFIX_PATH=$CATCH2_PREFIX} >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" --target ${VXQA_TARGETS:-vxqa_gpu_tests vxqa_gpu_tests_sm70 vxqa_sweep \
-      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config vxqa_wgmma_rows vxqa_stream_tail vxqa_dims_split_rows} >"$out/build.log" 2>&1
+      vxqa_decode_bench vxqa_cta_timeline vxqa_host_cost vxqa_demo vxqa_custom_config vxqa_wgmma_rows vxqa_stream_tail vxqa_dims_split_rows \
+      vxqa_racecheck_probe} >"$out/build.log" 2>&1
   rc=$?
   note "build: rc $rc, $((SECONDS - start)) s"
   if [ $rc -ne 0 ]; then grep -sE "error" "$out/build.log" "$out/configure.log" | head -30; finish; fi
@@ -191,6 +193,11 @@ step_raceprobe() {  # the SM70 body's D 512 racecheck hazards (docs/performance.
   probe d512-alone X=1 "$d512"
   probe d64-then-d512 X=1 "$d64,$d512"
   probe d512-then-d64 X=1 "$d512,$d64"
+  # The same pattern, race-free by construction, in a kernel of its own (bench/racecheck_probe.cu).
+  local start=$SECONDS
+  timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 \
+    ./build-gpu/bench/vxqa_racecheck_probe >"$out/raceprobe-pattern.log" 2>&1
+  note "raceprobe pattern: rc $?, $((SECONDS - start)) s: $(grep -E 'RACECHECK SUMMARY' "$out/raceprobe-pattern.log" | tail -1)"
 }
 
 step_merges() {  # a step's partials merged five ways, the cluster's among them, bytes alone (bench/stream_tail.cu --merges)
