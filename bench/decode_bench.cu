@@ -4,6 +4,7 @@
 //
 //   decode_bench [--json FILE] [--commit HASH] [--label TEXT] [--experiment | --plans | --ramp |
 //                 --contexts | --breakdown | --variants | --queries [--shape N] [--q-len Q] | --formats |
+//                 --wide-ctas [--shape N] |
 //                 --profile [--shape N] [--q-len Q]]
 // --experiment [--shape N] times the default atom over chunk sizes (one wave of CTAs against
 // several; N: only the N-th sweep);
@@ -23,6 +24,8 @@
 // --queries times several query tokens a sequence (q_len 1..16, the KV read once) and G 12
 // against G 6 over the same KV; --shape N (0 or 3) and --q-len Q (1, 2, 4, 8 or 16) keep only
 // that shape's or that q_len's rows (and the plain row; no G 12 rows): a short GPU call;
+// --wide-ctas [--shape N] times each shape (or shape N) with the default Config and with one
+// 8-warp, 3-stage CTA an SM in place of two 4-warp ones (half the chunks a sequence);
 // --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
 // plan, for ncu; Q > 1: the --queries rows' multi-token Config (8 warps) with Q tokens a sequence.
 //
@@ -363,7 +366,7 @@ int main(int argc, char** argv) {
     else if (k == "--commit" && has_value) commit = argv[++i];
     else if (k == "--label" && has_value) label = argv[++i];
     else if (k == "--experiment" || k == "--plans" || k == "--profile" || k == "--contexts" || k == "--breakdown" ||
-             k == "--ramp" || k == "--variants" || k == "--queries" || k == "--formats")
+             k == "--ramp" || k == "--variants" || k == "--queries" || k == "--formats" || k == "--wide-ctas")
       mode = k.substr(2);
     else if (k == "--shape" && has_value) shape_arg = std::atoi(argv[++i]);
     else if (k == "--q-len" && has_value) q_len_arg = std::atoi(argv[++i]);
@@ -425,6 +428,21 @@ int main(int argc, char** argv) {
       for (int c : {0, 256})
         results.push_back(run_shape<E5m2D128>(d128, stream, sms, l2, copy, c,
                                               c ? std::to_string(c) + "-token chunks" : "default plan"));
+  } else if (mode == "wide-ctas") {  // one 8-warp CTA an SM against two of 4 warps, the same stages a warp
+    // The 8-warp Config's own stage rule gives it 2 stages a warp (135 KB); with 3 it holds
+    // what two default CTAs hold (198 KB), so its plan cuts the seed shape into 8 chunks a
+    // sequence, not 16: few enough for a thread-block cluster a sequence (docs/performance.md,
+    // "A step's partials merged inside a thread-block cluster"), if it streams as fast.
+    using Wide = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::Warps<8>, vxqa::opt::AsyncStages<3>>;
+    if (shape_arg >= vxqa_bench::kShapeCount) {
+      std::fprintf(stderr, "decode_bench: --wide-ctas --shape must be 0..%d\n", vxqa_bench::kShapeCount - 1);
+      return 2;
+    }
+    for (int i = 0; i < vxqa_bench::kShapeCount; ++i)
+      if (shape_arg < 0 || shape_arg == i) {
+        results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "default atom"));
+        results.push_back(run_shape<Wide>(shapes[i], stream, sms, l2, copy, 0, "8 warps, 3 stages, one CTA an SM"));
+      }
   } else if (mode == "plans") {  // the default plan against the rule it replaced
     auto compare = [&](auto config, const Shape& s) {
       using C = decltype(config);

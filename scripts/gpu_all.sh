@@ -15,6 +15,7 @@
 #   wgmma-rows.log                       the warpgroup-MMA prototype of a multi-token body (step "wgmma", sm_90)
 #   stream-tail.log stream-tail-claims.log  static chunks against units from a counter, and a step's partials
 #                                        merged three ways, bytes alone; the dynamic kernel's ablations (step "streamtail")
+#   wide-ctas.json wide-ctas.log         one 8-warp CTA an SM against two 4-warp ones, every shape (step "widectas")
 #   merges.log                           a step's partials merged five ways (a thread-block cluster's among
 #                                        them), bytes alone (step "merges", sm_90)
 #   raceprobe-*.log                      racecheck's hazards in the SM70 body's D 512 launches, case by case and
@@ -268,6 +269,13 @@ step_formats() {  # E4M3 (hardware and software decode) against E5M2 (bench --fo
   ./build-gpu/bench/vxqa_decode_bench --formats --json "$out/formats.json" --commit "$commit" >"$out/formats.log" 2>&1
   note "formats: rc $?, $((SECONDS - start)) s"
   cat "$out/formats.log"
+}
+
+step_widectas() {  # one 8-warp CTA an SM against two 4-warp ones (bench --wide-ctas): the cluster merge's plan
+  start=$SECONDS
+  ./build-gpu/bench/vxqa_decode_bench --wide-ctas --json "$out/wide-ctas.json" --commit "$commit" >"$out/wide-ctas.log" 2>&1
+  note "widectas: rc $?, $((SECONDS - start)) s"
+  cat "$out/wide-ctas.log"
 }
 
 step_plans() {  # each shape's default plan against the rule it replaced
