@@ -21,7 +21,10 @@
 //   cluster  (sm_90) a sequence's chunks are one thread-block cluster: each CTA keeps its
 //            partial in its own shared memory, and after the cluster's barrier merges its
 //            slice of the rows reading every CTA's partial through distributed shared
-//            memory. No partial goes to global memory, no ticket, no fence.
+//            memory. No partial goes to global memory, no ticket, no fence;
+//   groups of C  (sm_90) clusters of C chunks, for sequences of more chunks than clusters
+//            that fit: each cluster merges its chunks as `cluster` does into a group partial
+//            in global memory, and the last group of each slice merges the groups' partials.
 // "combine, PDL" is the second kernel launched as a programmatic dependent (the library's
 // way): its CTAs wait on the SMs while the first kernel streams.
 // All of them fold the chunks in index order: their outputs must agree bit for bit.
@@ -85,6 +88,12 @@ struct Args {
   int* done;
   float* out;  // [batch][kRows][kD]
   int chunks;  // gridDim.x of the static launch
+  // Merge::kClusterGroups: each group's merged rows (unnormalised) [batch][groups][kRows][kD],
+  // its (M, L) a row as each rank saw it [batch][groups][kMaxCluster][kRows], and a ticket a
+  // (sequence, rank) [batch][kMaxCluster] (zero between steps).
+  float* group_o;
+  float* group_ml;
+  int* slice_tickets;
 };
 
 constexpr int kRows = 6;  // the seed shape's group
@@ -269,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) static_kernel(Args a) {
   finish(a, blockIdx.y * gridDim.x + blockIdx.x, x, begin < end);
 }
 
-enum class Merge { kNone, kCombine, kCombinePdl, kLast, kSlices, kCluster };
+enum class Merge { kNone, kCombine, kCombinePdl, kLast, kSlices, kCluster, kClusterGroups };
 
 // A CTA's partial: made-up rows that depend on every word read (x), and a made-up (m, l).
 __device__ float partial_value(uint32_t x, int i) { return float((x >> (i & 15)) & 0xFFu) * (1.f / 256.f) + float(i & 7); }
@@ -412,6 +421,94 @@ __global__ void __launch_bounds__(kThreads) cluster_merge_kernel(Args a) {
 #endif
 }
 
+// grid (chunks rounded up to kC, batch), clusters of kC chunks (rank = chunk % kC, group =
+// chunk / kC): Merge::kClusterGroups, for sequences of more chunks than a cluster may hold
+// resident. Each cluster merges its group's partials through distributed shared memory into
+// one partial in global memory (rank r: slice r of the rows, unnormalised, and the (M, L) of
+// the rows it touches); then each rank takes a ticket of its (sequence, slice), and the last
+// group to take one merges that slice of every group's partial, in group order.
+constexpr int kMaxCluster = 8;
+template <int kC>
+__global__ void __launch_bounds__(kThreads) cluster_groups_kernel(Args a) {
+  extern __shared__ __align__(128) uint4 smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(kC >= 2 && kC <= kMaxCluster, "cluster_groups_kernel: clusters of 2..kMaxCluster");
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float weight[kRows][kMaxChunks];
+  __shared__ int last;
+  const int seq = blockIdx.y, chunk = blockIdx.x, rank = chunk % kC, group = chunk / kC;
+  const int begin = chunk * a.unit_tokens, end = min(a.lengths[seq], begin + a.unit_tokens);
+  const int n = chunks_of_sequence(a, seq), groups = int(gridDim.x) / kC;
+  const int live_groups = (n + kC - 1) / kC, count = max(0, min(kC, n - group * kC));
+  const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
+  __syncthreads();  // every thread's reads of the stages, before the partial overwrites them
+  float* part_o = reinterpret_cast<float*>(smem);
+  float2* part_ml = reinterpret_cast<float2*>(part_o + kRows * kD);
+  if (begin < end) {
+    for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x) part_o[i] = partial_value(x, i);
+    if (threadIdx.x < kRows) part_ml[threadIdx.x] = partial_ml(chunk, threadIdx.x);
+  }
+  cluster.sync();
+  constexpr int kSlice = (kRows * kD + kC - 1) / kC;
+  const int lo = rank * kSlice, hi = min(kRows * kD, lo + kSlice);
+  const int row0 = lo / kD, rows = lo < hi ? (hi - 1) / kD - row0 + 1 : 0;
+  const int64_t slot = int64_t(seq) * groups + group;
+  float2* group_ml = reinterpret_cast<float2*>(a.group_ml);
+  if (count > 0 && lo < hi) {
+    if (int(threadIdx.x) < rows) {  // a thread a row: the group's M and L, and each chunk's weight
+      const int r = row0 + threadIdx.x;
+      float mx = -INFINITY, l = 0.f;
+      for (int c = 0; c < count; ++c) mx = fmaxf(mx, cluster.map_shared_rank(part_ml, c)[r].x);
+      for (int c = 0; c < count; ++c) {
+        const float2 ml = cluster.map_shared_rank(part_ml, c)[r];
+        weight[r][c] = exp2f(ml.x - mx);
+        l += ml.y * weight[r][c];
+      }
+      group_ml[(slot * kMaxCluster + rank) * kRows + r] = make_float2(mx, l);
+    }
+    __syncthreads();
+    for (int i = lo + int(threadIdx.x); i < hi; i += blockDim.x) {
+      float acc = 0.f;
+      for (int c = 0; c < count; ++c) acc += cluster.map_shared_rank(part_o, c)[i] * weight[i / kD][c];
+      a.group_o[slot * kRows * kD + i] = acc;
+    }
+  }
+  cluster.sync();  // every CTA's shared memory stays until its group's readers are done
+  if (count == 0 || lo >= hi) return;
+  if (threadIdx.x == 0) {  // after the cluster's barrier: every thread's stores, then the fence
+    __threadfence();
+    const int ticket = atomicAdd(a.slice_tickets + seq * kMaxCluster + rank, 1);
+    last = ticket == live_groups - 1;
+    if (last) {
+      a.slice_tickets[seq * kMaxCluster + rank] = 0;  // the step's last user: ready for the next
+      __threadfence();
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  if (int(threadIdx.x) < rows) {  // a thread a row: the groups' weights over their sum
+    const int r = row0 + threadIdx.x;
+    float mx = -INFINITY, sum = 0.f;
+    for (int g = 0; g < live_groups; ++g)
+      mx = fmaxf(mx, __ldcg(group_ml + ((int64_t(seq) * groups + g) * kMaxCluster + rank) * kRows + r).x);
+    for (int g = 0; g < live_groups; ++g) {
+      const float2 ml = __ldcg(group_ml + ((int64_t(seq) * groups + g) * kMaxCluster + rank) * kRows + r);
+      weight[r][g] = exp2f(ml.x - mx);
+      sum += ml.y * weight[r][g];
+    }
+    for (int g = 0; g < live_groups; ++g) weight[r][g] /= sum;
+  }
+  __syncthreads();
+  for (int i = lo + int(threadIdx.x); i < hi; i += blockDim.x) {
+    float acc = 0.f;
+    for (int g = 0; g < live_groups; ++g)
+      acc += __ldcg(a.group_o + (int64_t(seq) * groups + g) * kRows * kD + i) * weight[i / kD][g];
+    a.out[int64_t(seq) * kRows * kD + i] = acc;
+  }
+#endif
+}
+
 // How a CTA of the dynamic kernel finds its units: kCounter, each from the counter (the
 // first one too); kBlockFirst, the first one is blockIdx.x and the rest come from the counter,
 // which starts at gridDim.x (no atomic before the first copy); kBlockOnly, unit blockIdx.x
@@ -462,6 +559,51 @@ int prop_major(int device) {
   DEMO_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major;
 }
+
+// Merge::kClusterGroups with clusters of kC: µs a step as merge_rows times the others, the
+// largest difference from the combine kernel's outputs (`want`: the groups fold in another
+// order, so the bits may differ), and whether the tickets are back at zero.
+template <int kC>
+void group_rows(Args a, int batch, int chunks, size_t outs, const std::vector<float>& want) {
+  const int groups = (chunks + kC - 1) / kC;
+  DEMO_CHECK(cudaMalloc(&a.group_o, size_t(batch) * groups * kRows * kD * sizeof(float)));
+  DEMO_CHECK(cudaMalloc(&a.group_ml, size_t(batch) * groups * kMaxCluster * kRows * sizeof(float2)));
+  DEMO_CHECK(cudaMalloc(&a.slice_tickets, size_t(batch) * kMaxCluster * sizeof(int)));
+  DEMO_CHECK(cudaMemset(a.slice_tickets, 0, size_t(batch) * kMaxCluster * sizeof(int)));  // once
+  cudaLaunchAttribute cluster_dim{};
+  cluster_dim.id = cudaLaunchAttributeClusterDimension;
+  cluster_dim.val.clusterDim.x = unsigned(kC);
+  cluster_dim.val.clusterDim.y = cluster_dim.val.clusterDim.z = 1;
+  cudaLaunchConfig_t launch{};
+  launch.gridDim = dim3(groups * kC, batch);
+  launch.blockDim = dim3(kThreads);
+  launch.dynamicSmemBytes = kSmemBytes;
+  launch.attrs = &cluster_dim;
+  launch.numAttrs = 1;
+  DEMO_CHECK(cudaFuncSetAttribute(cluster_groups_kernel<kC>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  int resident = 0;
+  DEMO_CHECK(cudaOccupancyMaxActiveClusters(&resident, cluster_groups_kernel<kC>, &launch));
+  DEMO_CHECK(cudaMemset(a.out, 0xFF, outs * sizeof(float)));  // NaN: a row not written shows
+  const double us = vxqa_demo::median_us([&] { DEMO_CHECK(cudaLaunchKernelEx(&launch, cluster_groups_kernel<kC>, a)); },
+                                         0, 30, 10, 2);
+  std::vector<float> got(outs);
+  DEMO_CHECK(cudaMemcpy(got.data(), a.out, outs * sizeof(float), cudaMemcpyDeviceToHost));
+  double worst = 0.0, largest = 0.0;
+  for (size_t i = 0; i < outs; ++i) {
+    worst = std::isfinite(got[i]) ? std::max(worst, double(std::fabs(got[i] - want[i]))) : INFINITY;
+    largest = std::max(largest, double(std::fabs(want[i])));
+  }
+  std::vector<int> tickets(size_t(batch) * kMaxCluster);
+  DEMO_CHECK(cudaMemcpy(tickets.data(), a.slice_tickets, tickets.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  const bool reset = std::all_of(tickets.begin(), tickets.end(), [](int t) { return t == 0; });
+  std::printf("merge groups of %d  unit %5d tokens, %d groups x %d, %d clusters (%d resident): %7.2f us, "
+              "largest difference %.2e of max |out| %.2f%s\n",
+              kC, a.unit_tokens, groups, batch, groups * batch, resident, us, worst, largest,
+              reset ? "" : ", TICKETS NOT BACK AT ZERO");
+  for (void* p : {static_cast<void*>(a.group_o), static_cast<void*>(a.group_ml), static_cast<void*>(a.slice_tickets)})
+    DEMO_CHECK(cudaFree(p));
+}
+
 
 void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_tokens) {
   const int batch = int(lengths.size());
@@ -573,6 +715,11 @@ void merge_rows(Args a, const std::vector<int32_t>& lengths, int sms, int unit_t
   run("cluster", Merge::kCluster);
   run("none", Merge::kNone);
   run("cluster", Merge::kCluster);
+  if (prop_major(0) >= 9) {
+    group_rows<2>(a, batch, chunks, outs, want);
+    group_rows<4>(a, batch, chunks, outs, want);
+    group_rows<8>(a, batch, chunks, outs, want);
+  }
   for (void* p : {static_cast<void*>(a.partial_o), static_cast<void*>(a.partial_ml), static_cast<void*>(a.tickets),
                   static_cast<void*>(a.done), static_cast<void*>(a.out)})
     DEMO_CHECK(cudaFree(p));
