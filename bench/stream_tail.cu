@@ -27,7 +27,8 @@
 //            in global memory, and the last group of each slice merges the groups' partials.
 // "combine, PDL" is the second kernel launched as a programmatic dependent (the library's
 // way): its CTAs wait on the SMs while the first kernel streams.
-// All of them fold the chunks in index order: their outputs must agree bit for bit.
+// All but `groups of C` fold the chunks in index order, so their outputs must agree bit for
+// bit; the groups fold in two levels, and their row prints its largest difference instead.
 // A unit's sequence is found by a scan of the units' starts; kSharedIndex (the default) scans
 // a copy in shared memory each CTA loads once, where the first version scanned global memory,
 // one dependent load a sequence (up to 16 round trips before a unit's first copy): "dynamic,
