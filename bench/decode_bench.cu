@@ -25,7 +25,8 @@
 // against G 6 over the same KV; --shape N (0 or 3) and --q-len Q (1, 2, 4, 8 or 16) keep only
 // that shape's or that q_len's rows (and the plain row; no G 12 rows): a short GPU call;
 // --wide-ctas [--shape N] times each shape (or shape N) with the default Config and with one
-// 8-warp, 3-stage CTA an SM in place of two 4-warp ones (half the chunks a sequence);
+// 8-warp, 3-stage CTA an SM in place of two 4-warp ones (half the chunks a sequence), and the
+// seed shape's q_len 4 and 16 with the 8-warp multi-token Config at its 2 stages and at 3;
 // --profile [--shape N] [--q-len Q] runs only shape N (default 0, the seed shape) with its default
 // plan, for ncu; Q > 1: the --queries rows' multi-token Config (8 warps) with Q tokens a sequence.
 //
@@ -442,6 +443,18 @@ int main(int argc, char** argv) {
       if (shape_arg < 0 || shape_arg == i) {
         results.push_back(run_shape<E5m2>(shapes[i], stream, sms, l2, copy, 0, "default atom"));
         results.push_back(run_shape<Wide>(shapes[i], stream, sms, l2, copy, 0, "8 warps, 3 stages, one CTA an SM"));
+      }
+    // The multi-token 8-warp Config has one CTA an SM by its registers anyway, with 2 stages a
+    // warp by its stage rule: the same with 3.
+    using MultiWide = vxqa::DecodeConfig<256, vxqa::KvType::kE5M2, vxqa::opt::MaxQueryLen<16>, vxqa::opt::Warps<8>,
+                                         vxqa::opt::AsyncStages<3>>;
+    if (shape_arg <= 0)
+      for (int q_len : {4, 16}) {
+        const std::string q = ", q_len " + std::to_string(q_len);
+        results.push_back(run_shape<Multi>(shapes[0], stream, sms, l2, copy, 0, "multi-token, 8 warps" + q, false,
+                                           {0, 0.f, false, q_len}));
+        results.push_back(run_shape<MultiWide>(shapes[0], stream, sms, l2, copy, 0, "multi-token, 8 warps, 3 stages" + q,
+                                               false, {0, 0.f, false, q_len}));
       }
   } else if (mode == "plans") {  // the default plan against the rule it replaced
     auto compare = [&](auto config, const Shape& s) {
