@@ -387,6 +387,28 @@ __global__ void __launch_bounds__(kD) combine_kernel(Args a) {
   merge_outputs(a, seq, chunks_of_sequence(a, seq), row * kD, (row + 1) * kD);
 }
 
+// The cluster merges' first half: the CTA's chunk streamed, then its partial written into its
+// own shared memory where the stages were (rows, then a row's (m, l)), for the cluster's CTAs
+// to read. A CTA past the sequence's end streams and writes nothing.
+struct SharedPartial {
+  float* o;
+  float2* ml;
+};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the cluster kernels' code only
+__device__ SharedPartial stream_to_shared_partial(const Args& a, int seq, int chunk, uint4* smem) {
+  const int begin = chunk * a.unit_tokens, end = min(a.lengths[seq], begin + a.unit_tokens);
+  const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
+  __syncthreads();  // every thread's reads of the stages, before the partial overwrites them
+  float* o = reinterpret_cast<float*>(smem);
+  const SharedPartial part{o, reinterpret_cast<float2*>(o + kRows * kD)};
+  if (begin < end) {
+    for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x) part.o[i] = partial_value(x, i);
+    if (threadIdx.x < kRows) part.ml[threadIdx.x] = partial_ml(chunk, threadIdx.x);
+  }
+  return part;
+}
+#endif
+
 // grid (chunks, batch), a cluster a sequence (its chunks CTAs, rank = chunk): Merge::kCluster.
 // Each CTA's partial goes into its own shared memory, where its copies were; after the
 // cluster's barrier (release / acquire: the partials are visible), CTA c merges slice c of
@@ -398,25 +420,16 @@ __global__ void __launch_bounds__(kThreads) cluster_merge_kernel(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int seq = blockIdx.y, chunk = blockIdx.x, begin = chunk * a.unit_tokens;
-  const int end = min(a.lengths[seq], begin + a.unit_tokens);
-  const int n = chunks_of_sequence(a, seq);
-  const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
-  __syncthreads();  // every thread's reads of the stages, before the partial overwrites them
-  float* part_o = reinterpret_cast<float*>(smem);
-  float2* part_ml = reinterpret_cast<float2*>(part_o + kRows * kD);
-  if (begin < end) {
-    for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x) part_o[i] = partial_value(x, i);
-    if (threadIdx.x < kRows) part_ml[threadIdx.x] = partial_ml(chunk, threadIdx.x);
-  }
+  const int seq = blockIdx.y, chunk = blockIdx.x, n = chunks_of_sequence(a, seq);
+  const SharedPartial part = stream_to_shared_partial(a, seq, chunk, smem);
   cluster.sync();
   if (chunk < n) {
     const int slice = (kRows * kD + n - 1) / n;
     const int first = chunk * slice, last = min(kRows * kD, (chunk + 1) * slice);
     if (first < last)
       merge_outputs(
-          a, seq, n, first, last, [&](int c, int r) { return cluster.map_shared_rank(part_ml, c)[r]; },
-          [&](int c, int i) { return cluster.map_shared_rank(part_o, c)[i]; });
+          a, seq, n, first, last, [&](int c, int r) { return cluster.map_shared_rank(part.ml, c)[r]; },
+          [&](int c, int i) { return cluster.map_shared_rank(part.o, c)[i]; });
   }
   cluster.sync();
 #endif
@@ -439,17 +452,9 @@ __global__ void __launch_bounds__(kThreads) cluster_groups_kernel(Args a) {
   __shared__ float weight[kRows][kMaxChunks];
   __shared__ int last;
   const int seq = blockIdx.y, chunk = blockIdx.x, rank = chunk % kC, group = chunk / kC;
-  const int begin = chunk * a.unit_tokens, end = min(a.lengths[seq], begin + a.unit_tokens);
   const int n = chunks_of_sequence(a, seq), groups = int(gridDim.x) / kC;
   const int live_groups = (n + kC - 1) / kC, count = max(0, min(kC, n - group * kC));
-  const uint32_t x = begin < end ? stream_unit(a, seq, begin, end, smem) : 0u;
-  __syncthreads();  // every thread's reads of the stages, before the partial overwrites them
-  float* part_o = reinterpret_cast<float*>(smem);
-  float2* part_ml = reinterpret_cast<float2*>(part_o + kRows * kD);
-  if (begin < end) {
-    for (int i = threadIdx.x; i < kRows * kD; i += blockDim.x) part_o[i] = partial_value(x, i);
-    if (threadIdx.x < kRows) part_ml[threadIdx.x] = partial_ml(chunk, threadIdx.x);
-  }
+  const SharedPartial part = stream_to_shared_partial(a, seq, chunk, smem);
   cluster.sync();
   constexpr int kSlice = (kRows * kD + kC - 1) / kC;
   const int lo = rank * kSlice, hi = min(kRows * kD, lo + kSlice);
@@ -460,9 +465,9 @@ __global__ void __launch_bounds__(kThreads) cluster_groups_kernel(Args a) {
     if (int(threadIdx.x) < rows) {  // a thread a row: the group's M and L, and each chunk's weight
       const int r = row0 + threadIdx.x;
       float mx = -INFINITY, l = 0.f;
-      for (int c = 0; c < count; ++c) mx = fmaxf(mx, cluster.map_shared_rank(part_ml, c)[r].x);
+      for (int c = 0; c < count; ++c) mx = fmaxf(mx, cluster.map_shared_rank(part.ml, c)[r].x);
       for (int c = 0; c < count; ++c) {
-        const float2 ml = cluster.map_shared_rank(part_ml, c)[r];
+        const float2 ml = cluster.map_shared_rank(part.ml, c)[r];
         weight[r][c] = exp2f(ml.x - mx);
         l += ml.y * weight[r][c];
       }
@@ -471,7 +476,7 @@ __global__ void __launch_bounds__(kThreads) cluster_groups_kernel(Args a) {
     __syncthreads();
     for (int i = lo + int(threadIdx.x); i < hi; i += blockDim.x) {
       float acc = 0.f;
-      for (int c = 0; c < count; ++c) acc += cluster.map_shared_rank(part_o, c)[i] * weight[i / kD][c];
+      for (int c = 0; c < count; ++c) acc += cluster.map_shared_rank(part.o, c)[i] * weight[i / kD][c];
       a.group_o[slot * kRows * kD + i] = acc;
     }
   }
