@@ -4,7 +4,8 @@
 //   compute-sanitizer --tool racecheck --racecheck-report hazard vxqa_racecheck_probe
 // Each CTA has 4 warps in two teams of two, as the SM70 body's D 512 Config. Team t syncs on
 // its own named barrier (id 1 + t, 64 threads) rounds[t] times, as a team's publisher does a
-// tile, then the CTA ORs a flag through __syncthreads_or, each warp stores its (m, l) into its
+// tile (team 0 first busy for `busy_ns`, as the finding's team 0 was with its tile while team 1,
+// with none, waited at the CTA barrier), then the CTA ORs a flag through __syncthreads_or, each warp stores its (m, l) into its
 // own area, __syncthreads, and every thread reads every warp's (m, l). A hazard racecheck
 // reports here is the tool's, not the code's. The cases: the teams' round counts (the
 // finding's launch had 1 and 0), each launched plainly and as a programmatic dependent with
@@ -26,12 +27,19 @@ constexpr int kThreads = 128, kBlocks = 528, kSmemBytes = 48 * 1024;
 
 // Rounds of the teams' named barriers; stores and reads of (m, l) through a CTA barrier; the
 // sum a thread reads goes to out[block] so that nothing is optimised away.
-__global__ void __launch_bounds__(kThreads) merge_pattern(int rounds0, int rounds1, float* out) {
+__global__ void __launch_bounds__(kThreads) merge_pattern(int rounds0, int rounds1, int busy_ns, float* out) {
   extern __shared__ __align__(16) float smem[];
   vxqa::arch::grid_dependency_wait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, team = warp / 2;
   float* area = smem + warp * 1024;  // a warp's own 4 KB, as a team's score tiles
   const int rounds = team == 0 ? rounds0 : rounds1;
+  if (team == 0 && busy_ns > 0) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < static_cast<unsigned long long>(busy_ns));
+  }
   for (int r = 0; r < rounds; ++r) {
     area[lane] = float(r + lane);  // the warp's own scores, as the main loop writes them
     vxqa::arch::named_barrier_sync(1 + team, 64);
@@ -72,7 +80,8 @@ int main() {
   cudaLaunchAttribute pdl{};
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
-  const int rounds[][2] = {{1, 0}, {0, 1}, {2, 0}, {1, 1}, {3, 0}};
+  // {team 0's rounds, team 1's, team 0's busy ns}
+  const int rounds[][3] = {{1, 0, 0}, {0, 1, 0}, {2, 0, 0}, {1, 1, 0}, {3, 0, 0}, {1, 0, 20000}, {4, 0, 20000}, {1, 0, 200000}};
   for (const bool dependent : {false, true}) {
     for (const auto& r : rounds) {
       other_layout<<<kBlocks, kThreads, kSmemBytes>>>(out);
@@ -82,7 +91,7 @@ int main() {
       config.dynamicSmemBytes = kSmemBytes;
       config.attrs = dependent ? &pdl : nullptr;
       config.numAttrs = dependent ? 1 : 0;
-      DEMO_CHECK(cudaLaunchKernelEx(&config, merge_pattern, r[0], r[1], out));
+      DEMO_CHECK(cudaLaunchKernelEx(&config, merge_pattern, r[0], r[1], r[2], out));
       DEMO_CHECK(cudaDeviceSynchronize());
       std::vector<float> got(kBlocks);
       DEMO_CHECK(cudaMemcpy(got.data(), out, kBlocks * sizeof(float), cudaMemcpyDeviceToHost));
@@ -90,8 +99,8 @@ int main() {
       const float flag = (r[0] > 1 || r[1] > 1) ? 1.f : 0.f;
       bool ok = true;
       for (int b = 0; b < kBlocks; ++b) ok = ok && got[b] == 4.f * b + 6.f + 4.f * flag;
-      std::printf("rounds %d / %d, %s launch: outputs %s\n", r[0], r[1], dependent ? "dependent" : "plain",
-                  ok ? "right" : "WRONG");
+      std::printf("rounds %d / %d, team 0 busy %d ns, %s launch: outputs %s\n", r[0], r[1], r[2],
+                  dependent ? "dependent" : "plain", ok ? "right" : "WRONG");
     }
   }
   DEMO_CHECK(cudaFree(out));
