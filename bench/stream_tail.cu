@@ -465,8 +465,15 @@ __global__ void __launch_bounds__(kThreads) cluster_groups_kernel(Args a) {
     if (int(threadIdx.x) < rows) {  // a thread a row: the group's M and L, and each chunk's weight
       const int r = row0 + threadIdx.x;
       float mx = -INFINITY, l = 0.f;
-      for (int c = 0; c < count; ++c) mx = fmaxf(mx, cluster.map_shared_rank(part.ml, c)[r].x);
-      for (int c = 0; c < count; ++c) {
+      // Loops over the cluster's ranks run kC times, each step predicated: with `c < count`
+      // as the bound, ptxas 13.0 unrolled the loop below by 4 and its remainder read rank
+      // c + 2 of a cluster of 2 (memcheck: an out-of-bounds remote shared read).
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+        if (c < count) mx = fmaxf(mx, cluster.map_shared_rank(part.ml, c)[r].x);
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        if (c >= count) break;
         const float2 ml = cluster.map_shared_rank(part.ml, c)[r];
         weight[r][c] = exp2f(ml.x - mx);
         l += ml.y * weight[r][c];
@@ -476,7 +483,9 @@ __global__ void __launch_bounds__(kThreads) cluster_groups_kernel(Args a) {
     __syncthreads();
     for (int i = lo + int(threadIdx.x); i < hi; i += blockDim.x) {
       float acc = 0.f;
-      for (int c = 0; c < count; ++c) acc += cluster.map_shared_rank(part.o, c)[i] * weight[i / kD][c];
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+        if (c < count) acc += cluster.map_shared_rank(part.o, c)[i] * weight[i / kD][c];
       a.group_o[slot * kRows * kD + i] = acc;
     }
   }
