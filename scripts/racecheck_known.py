@@ -27,6 +27,7 @@ KNOWN_READ_LINES = {285: "warp_ml(smem, t, part)[head]",
                     289: "softmax::rescale_factor(ml[head], m)",
                     290: "ml[8 + head] * weight",
                     291: "warp_o(smem, t, part)[MergeLayout::index(head, part_dim)]"}
+KNOWN_CONFIG = "DecodeConfig<(int)512,"
 KNOWN_WRITES = {f"decode_cta_sm70.cuh:{n}" for n in KNOWN_WRITE_LINES}
 KNOWN_READS = {f"decode_cta_sm70.cuh:{n}" for n in KNOWN_READ_LINES}
 
@@ -41,7 +42,6 @@ def check_source(header):
         return 1
     print(f"racecheck_known: the listed lines of {header} are the merge's stores and loads")
     return 0
-KNOWN_CONFIG = "DecodeConfig<(int)512,"
 
 
 def main(path):
@@ -67,6 +67,12 @@ def main(path):
         else:
             other += 1
     print(f"racecheck_known: {known} known false positive(s), {other} other hazard(s)")
+    # Every hazard the summary counts must be one read here: an error that is not a hazard
+    # report (or a format this does not parse) fails rather than passing unread.
+    displayed = int(summary.group(1)) if summary else -1
+    if known + other != displayed:
+        print(f"racecheck_known: the summary counts {displayed} hazards, {known + other} were read")
+        return 1
     return 1 if other else 0
 
 
