@@ -9,6 +9,8 @@
 //   cta_timeline [--json FILE] [--commit HASH]
 #include <cstdint>
 
+#include "globaltimer.cuh"
+
 // Defined before the first vxqa include (common.cuh keeps it); it expands in the kernels,
 // which are included after timeline::probe below.
 #define VXQA_TIMELINE_PROBE(args, point) ::timeline::probe((args), (point))
@@ -26,8 +28,7 @@ __constant__ int copy_shift;
 template <class Args>
 __device__ __forceinline__ void probe(const Args& a, int point) {
   if (threadIdx.x != 0) return;
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const unsigned long long now = vxqa_bench::globaltimer_ns();
   const long long copy = (static_cast<const unsigned char*>(a.kv.k) - cache_base) >> copy_shift;
   const long long cta = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
   if (copy < 0 || copy >= kMaxCopies || cta >= kMaxCtas) return;

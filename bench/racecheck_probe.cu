@@ -4,9 +4,10 @@
 //   compute-sanitizer --tool racecheck --racecheck-report hazard vxqa_racecheck_probe
 // Each CTA has 4 warps in two teams of two, as the SM70 body's D 512 Config. Team t syncs on
 // its own named barrier (id 1 + t, 64 threads) rounds[t] times, as a team's publisher does a
-// tile (team 0 first busy for `busy_ns`, as the finding's team 0 was with its tile while team 1,
-// with none, waited at the CTA barrier), then the CTA ORs a flag through __syncthreads_or, each warp stores its (m, l) into its
-// own area, __syncthreads, and every thread reads every warp's (m, l). A hazard racecheck
+// tile (team 0 first busy for `busy_ns`, as the finding's team 0 was with its tile while
+// team 1, with none, waited at the CTA barrier), then the CTA ORs a flag through
+// __syncthreads_or, each warp stores its (m, l) into its own area, __syncthreads, and every
+// thread reads every warp's (m, l). A hazard racecheck
 // reports here is the tool's, not the code's. The cases: the teams' round counts (the
 // finding's launch had 1 and 0), each launched plainly and as a programmatic dependent with
 // its trigger before the stores (decode_kernel's way), after a kernel that uses the same
@@ -20,6 +21,7 @@
 #include <vxqa/arch/named_barrier.cuh>
 
 #include "../examples/gpu_timing.cuh"
+#include "globaltimer.cuh"
 
 namespace {
 
@@ -34,11 +36,9 @@ __global__ void __launch_bounds__(kThreads) merge_pattern(int rounds0, int round
   float* area = smem + warp * 1024;  // a warp's own 4 KB, as a team's score tiles
   const int rounds = team == 0 ? rounds0 : rounds1;
   if (team == 0 && busy_ns > 0) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < static_cast<unsigned long long>(busy_ns));
+    const unsigned long long start = vxqa_bench::globaltimer_ns();
+    while (vxqa_bench::globaltimer_ns() - start < static_cast<unsigned long long>(busy_ns)) {
+    }
   }
   for (int r = 0; r < rounds; ++r) {
     area[lane] = float(r + lane);  // the warp's own scores, as the main loop writes them
@@ -81,7 +81,8 @@ int main() {
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
   // {team 0's rounds, team 1's, team 0's busy ns}
-  const int rounds[][3] = {{1, 0, 0}, {0, 1, 0}, {2, 0, 0}, {1, 1, 0}, {3, 0, 0}, {1, 0, 20000}, {4, 0, 20000}, {1, 0, 200000}};
+  const int rounds[][3] = {{1, 0, 0}, {0, 1, 0},     {2, 0, 0},     {1, 1, 0},
+                           {3, 0, 0}, {1, 0, 20000}, {4, 0, 20000}, {1, 0, 200000}};
   for (const bool dependent : {false, true}) {
     for (const auto& r : rounds) {
       other_layout<<<kBlocks, kThreads, kSmemBytes>>>(out);
